@@ -1,0 +1,1 @@
+"""punchclock management REST API (aiohttp) over the shared data layer."""

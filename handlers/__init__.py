@@ -1,0 +1,1 @@
+"""Example handlers shipped with punchclock; see handlers/README.md for the contract."""

@@ -1,0 +1,1 @@
+"""Numbered, forward-only SQL migrations (applied by supervisor.store.migrate)."""

@@ -1,0 +1,40 @@
+"""Domain errors shared by the supervisor, the API and the CLI."""
+
+from __future__ import annotations
+
+
+class PunchclockError(Exception):
+    """Base of every domain error."""
+
+
+class NotFound(PunchclockError):
+    """The named job, run or worker does not exist."""
+
+
+class Conflict(PunchclockError):
+    """The request contradicts the current state (duplicate name, wrong run status)."""
+
+
+class InvalidSpec(PunchclockError):
+    """A user-supplied value is invalid. `field` names it (dotted for nested values)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class InvalidSpecs(PunchclockError):
+    """Several invalid fields at once, so a user can fix them in one go."""
+
+    def __init__(self, errors: list[InvalidSpec]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+class LeaseLost(PunchclockError):
+    """A fenced write matched no row: the lease expired, was reaped, or was revoked."""
+
+
+class SchemaMismatch(PunchclockError):
+    """The database has migrations this build does not know, or a checksum changed."""

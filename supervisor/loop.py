@@ -1,0 +1,87 @@
+"""A small base for background services: `run_once()` on an interval with jitter, `wake()`, `stop()`.
+
+A loop stops between iterations (an event), so a transaction is never cut in half; task
+cancellation is the crash path only. Database errors are logged and retried with backoff:
+a service never dies because PostgreSQL went away for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from abc import ABC, abstractmethod
+
+import asyncpg
+
+from supervisor.log import log_event
+
+# What a lost or restarting database raises through asyncpg.
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.QueryCanceledError,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+class Loop(ABC):
+    """Calls `run_once()` every `interval` seconds (±jitter), or sooner after `wake()`."""
+
+    name = "loop"
+
+    def __init__(self, interval: float, jitter: float = 0.1) -> None:
+        self.interval = interval
+        self.jitter = jitter
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.errors = 0
+        self.log = logging.getLogger(f"punchclock.{self.name}")
+
+    @abstractmethod
+    async def run_once(self) -> float | None:
+        """Do one iteration; may return how long to wait before the next (else `interval`)."""
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def run(self) -> None:
+        backoff = 0.05
+        while not self._stopping.is_set():
+            try:
+                delay = await self.run_once()
+                backoff = 0.05
+            except DB_ERRORS as exc:
+                self.errors += 1
+                log_event(
+                    self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
+                )
+                delay = backoff
+                backoff = min(backoff * 2, 5.0)
+            if delay is None:
+                delay = self.interval * (1 + random.uniform(-self.jitter, self.jitter))
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        if delay <= 0 or self._stopping.is_set():
+            self._wake.clear()
+            return
+        try:
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+        self._wake.clear()

@@ -1,0 +1,103 @@
+"""Turning a job's schedule into run rows: which fire times to insert, with which status.
+
+Shared by the planner service and by API job updates (which replan in their own
+transaction). Times come from the database clock passed in as `db_now`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from supervisor.schedule import CronSchedule, OneOffSchedule, parse_cron
+from supervisor.store import PlannedRow, Store
+
+INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
+MISSED = "missed"
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    horizon: timedelta = timedelta(hours=24)  # plan this far ahead
+    max_runs: int = 100  # per job per pass: bounds rows for every-second crons
+    min_replan: timedelta = timedelta(seconds=1)
+
+
+@lru_cache(maxsize=4096)
+def _cron(expression: str, timezone: str) -> CronSchedule:
+    return parse_cron(expression, timezone)
+
+
+def schedule_of(job: Any) -> CronSchedule | OneOffSchedule:
+    if job["cron"] is not None:
+        return _cron(job["cron"], job["timezone"])
+    return OneOffSchedule(job["run_at"])
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    rows: list[PlannedRow]
+    planned_until: datetime
+    plan_after: datetime
+
+
+def plan_job(job: Any, db_now: datetime, limits: PlanLimits) -> JobPlan:
+    """Fire times after the job's high-water mark, up to the horizon.
+
+    Times older than the catch-up window are recorded as skipped ("missed") at once;
+    younger ones are inserted as scheduled and the claim-time catch-up pass applies the
+    job's policy to them (see DESIGN.md, Catch-up).
+    """
+    sched = schedule_of(job)
+    start: datetime = job["planned_until"] or job["created_at"]
+    oldest_runnable = db_now - timedelta(seconds=job["catchup_window_seconds"])
+    exclusive = job["overlap"] != "allow"
+
+    def row(at: datetime) -> PlannedRow:
+        missed = at < oldest_runnable
+        return (
+            job["id"],
+            at,
+            job["type"],
+            exclusive,
+            job["max_attempts"],
+            "skipped" if missed else "scheduled",
+            MISSED if missed else None,
+        )
+
+    if isinstance(sched, OneOffSchedule):
+        # A one-off job has exactly one run; planned_until marks it done.
+        rows = [] if job["planned_until"] is not None else [row(sched.at)]
+        return JobPlan(rows, sched.at, INFINITY)
+
+    horizon_end = db_now + limits.horizon
+    times = sched.between(start, horizon_end, limits.max_runs)
+    if len(times) == limits.max_runs:
+        until = times[-1]  # capped: plan the rest next pass
+    elif times or start >= horizon_end:
+        until = horizon_end
+    else:
+        # Nothing within the horizon (a yearly job): plan at least the next run.
+        nxt = sched.next_after(start)
+        times = [nxt]
+        until = nxt
+    if until < horizon_end and until <= db_now:
+        plan_after = db_now  # catching up a long gap: continue next pass
+    else:
+        plan_after = max(db_now + (until - db_now) / 2, db_now + limits.min_replan)
+    return JobPlan([row(t) for t in times], until, plan_after)
+
+
+async def plan_jobs(tx: Store, jobs: list[Any], db_now: datetime, limits: PlanLimits) -> int:
+    """Insert the runs of already locked jobs and move their marks; returns rows inserted."""
+    rows: list[PlannedRow] = []
+    marks: list[tuple[int, datetime, datetime]] = []
+    for job in jobs:
+        plan = plan_job(job, db_now, limits)
+        rows.extend(plan.rows)
+        marks.append((job["id"], plan.planned_until, plan.plan_after))
+    inserted = await tx.insert_planned_runs(rows)
+    await tx.set_plan_marks(marks)
+    return inserted

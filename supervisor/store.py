@@ -1,0 +1,358 @@
+"""The data layer: the only code that runs SQL (named queries from queries.sql) and the migrator.
+
+A Store wraps a pool or one connection; `transaction()` yields a Store bound to a connection
+inside a transaction. Methods are named after their query and return plain records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from importlib import resources
+from typing import Any, cast
+
+import asyncpg
+
+from supervisor.errors import SchemaMismatch
+
+Record = asyncpg.Record
+
+_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+MIGRATION_LOCK_KEY = 0x70756E6368  # "punch": one advisory lock for all migrators
+WAKE_CHANNEL = "punchclock_wake"
+
+
+def load_queries() -> dict[str, str]:
+    text = resources.files("supervisor").joinpath("queries.sql").read_text()
+    parts = _QUERY_HEADER.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"queries.sql: query {name!r} defined twice")
+        queries[name] = body.strip()
+    return queries
+
+
+QUERIES = load_queries()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn)
+    await _init_connection(conn)
+    return conn
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        # Short command timeout: a hung connection must not hold a lease renewal hostage.
+        command_timeout=30,
+    )
+    assert pool is not None
+    return pool
+
+
+class Store:
+    """Named queries over a pool or a connection."""
+
+    def __init__(self, executor: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._ex = executor
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Store]:
+        if isinstance(self._ex, asyncpg.Connection):
+            async with self._ex.transaction():
+                yield Store(self._ex)
+            return
+        async with self._ex.acquire() as conn, conn.transaction():
+            yield Store(conn)
+
+    async def _fetch(self, name: str, *args: Any) -> list[Record]:
+        return cast(list[Record], await self._ex.fetch(QUERIES[name], *args))
+
+    async def _fetchrow(self, name: str, *args: Any) -> Record | None:
+        return cast(Record | None, await self._ex.fetchrow(QUERIES[name], *args))
+
+    async def _fetchval(self, name: str, *args: Any) -> Any:
+        return await self._ex.fetchval(QUERIES[name], *args)
+
+    async def _execute(self, name: str, *args: Any) -> str:
+        return cast(str, await self._ex.execute(QUERIES[name], *args))
+
+    # ------------------------------------------------------------ misc
+
+    async def now(self) -> datetime:
+        return cast(datetime, await self._fetchval("now"))
+
+    async def notify_wake(self) -> None:
+        await self._fetchval("notify_wake")
+
+    # ------------------------------------------------------------ jobs
+
+    async def insert_job(self, f: dict[str, Any]) -> Record:
+        row = await self._fetchrow(
+            "insert_job",
+            f["name"],
+            f["type"],
+            f["payload"],
+            f["cron"],
+            f["run_at"],
+            f["timezone"],
+            f["max_attempts"],
+            f["timeout_seconds"],
+            f["retry_base_seconds"],
+            f["retry_cap_seconds"],
+            f["catchup"],
+            f["catchup_window_seconds"],
+            f["overlap"],
+            f["paused"],
+        )
+        assert row is not None
+        return row
+
+    async def get_job(self, job_id: int) -> Record | None:
+        return await self._fetchrow("get_job", job_id)
+
+    async def get_job_by_name(self, name: str) -> Record | None:
+        return await self._fetchrow("get_job_by_name", name)
+
+    async def lock_job(self, job_id: int) -> Record | None:
+        return await self._fetchrow("lock_job", job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        type: str | None = None,
+        paused: bool | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Record]:
+        return await self._fetch("list_jobs", type, paused, name_prefix, after_id, limit)
+
+    async def update_job(self, job_id: int, f: dict[str, Any]) -> Record | None:
+        return await self._fetchrow(
+            "update_job",
+            job_id,
+            f["name"],
+            f["type"],
+            f["payload"],
+            f["cron"],
+            f["run_at"],
+            f["timezone"],
+            f["max_attempts"],
+            f["timeout_seconds"],
+            f["retry_base_seconds"],
+            f["retry_cap_seconds"],
+            f["catchup"],
+            f["catchup_window_seconds"],
+            f["overlap"],
+            f["paused"],
+        )
+
+    async def reset_job_plan(self, job_id: int) -> None:
+        await self._execute("reset_job_plan", job_id)
+
+    async def delete_unstarted_future_runs(self, job_id: int) -> int:
+        return _rowcount(await self._execute("delete_unstarted_future_runs", job_id))
+
+    async def sync_unstarted_runs(
+        self, job_id: int, type: str, exclusive: bool, max_attempts: int
+    ) -> None:
+        await self._execute("sync_unstarted_runs", job_id, type, exclusive, max_attempts)
+
+    async def soft_delete_job(self, job_id: int) -> Record | None:
+        return await self._fetchrow("soft_delete_job", job_id)
+
+    async def cancel_unstarted_runs(self, job_id: int, reason: str) -> int:
+        return _rowcount(await self._execute("cancel_unstarted_runs", job_id, reason))
+
+    async def set_job_paused(self, job_id: int, paused: bool) -> Record | None:
+        return await self._fetchrow("set_job_paused", job_id, paused)
+
+    # ------------------------------------------------------------ planning
+
+    async def pick_jobs_to_plan(self, limit: int) -> list[Record]:
+        return await self._fetch("pick_jobs_to_plan", limit)
+
+    async def insert_planned_runs(self, rows: Sequence[PlannedRow]) -> int:
+        if not rows:
+            return 0
+        cols = list(zip(*rows, strict=True))
+        return _rowcount(await self._execute("insert_planned_runs", *cols))
+
+    async def set_plan_marks(self, marks: Sequence[tuple[int, datetime, datetime]]) -> None:
+        if marks:
+            await self._execute("set_plan_marks", *zip(*marks, strict=True))
+
+    async def count_jobs_behind(self) -> int:
+        return cast(int, await self._fetchval("count_jobs_behind"))
+
+    async def skip_missed_runs(self, misfire_grace: float, limit: int) -> list[Record]:
+        return await self._fetch("skip_missed_runs", misfire_grace, limit)
+
+    # ------------------------------------------------------------ claiming and leases
+
+    async def claim_runs(
+        self, types: Sequence[str], limit: int, owner: str, lease_ttl: float
+    ) -> list[Record]:
+        return await self._fetch("claim_runs", list(types), limit, owner, lease_ttl)
+
+    async def next_due_in(self, types: Sequence[str]) -> float | None:
+        return cast(float | None, await self._fetchval("next_due_in", list(types)))
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[int, int]], owner: str, lease_ttl: float
+    ) -> set[int]:
+        if not leases:
+            return set()
+        ids, tokens = zip(*leases, strict=True)
+        rows = await self._fetch("renew_leases", list(ids), list(tokens), lease_ttl, owner)
+        return {r["id"] for r in rows}
+
+    async def complete_runs(self, results: Sequence[Completion], owner: str) -> list[Record]:
+        """Record results; returns the rows recorded. A missing id is a late result."""
+        if not results:
+            return []
+        cols = [list(c) for c in zip(*results, strict=True)]
+        return await self._fetch("complete_runs", *cols, owner)
+
+    async def release_runs(self, leases: Sequence[tuple[int, int]], owner: str) -> set[int]:
+        if not leases:
+            return set()
+        ids, tokens = zip(*leases, strict=True)
+        rows = await self._fetch("release_runs", list(ids), list(tokens), owner)
+        return {r["id"] for r in rows}
+
+    async def reap_expired(self, limit: int) -> list[Record]:
+        return await self._fetch("reap_expired", limit)
+
+    # ------------------------------------------------------------ workers
+
+    async def upsert_worker(
+        self, worker_id: str, host: str, pid: int, types: list[str], concurrency: int, version: str
+    ) -> None:
+        await self._execute("upsert_worker", worker_id, host, pid, types, concurrency, version)
+
+    async def touch_worker(self, worker_id: str, running: int) -> None:
+        await self._execute("touch_worker", worker_id, running)
+
+    async def stop_worker(self, worker_id: str) -> None:
+        await self._execute("stop_worker", worker_id)
+
+
+# (job_id, scheduled_at, type, exclusive, max_attempts, status, skip_reason)
+PlannedRow = tuple[int, datetime, str, bool, int, str, str | None]
+# (run_id, lease_token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
+#  stderr_tail, cpu_seconds, peak_rss_bytes)
+Completion = tuple[
+    int,
+    int,
+    str,
+    float,
+    str,
+    str | None,
+    int | None,
+    int | None,
+    str | None,
+    str | None,
+    float | None,
+    int | None,
+]
+
+
+def _rowcount(status: str) -> int:
+    """asyncpg returns the command tag ("INSERT 0 5", "UPDATE 3"); the count is last."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def bundled_migrations() -> list[tuple[str, str]]:
+    """(name, sql) of the migrations shipped with this build, in order."""
+    files = resources.files("migrations")
+    found = sorted(
+        (p.name, p.read_text()) for p in files.iterdir() if re.fullmatch(r"\d{4}_\w+\.sql", p.name)
+    )
+    return found
+
+
+def _checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+async def migrate(conn: asyncpg.Connection) -> list[str]:
+    """Apply pending migrations in order; returns the names applied.
+
+    Many hosts may start at once: a session advisory lock serialises them, and each file
+    runs in its own transaction. Refuses (SchemaMismatch) a database that has a migration
+    this build does not know or whose checksum changed.
+    """
+    known = bundled_migrations()
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    try:
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS schema_migrations (
+                   name text PRIMARY KEY,
+                   checksum text NOT NULL,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        applied = {
+            r["name"]: r["checksum"]
+            for r in await conn.fetch("SELECT name, checksum FROM schema_migrations")
+        }
+        _check_compatible(known, applied)
+        done: list[str] = []
+        for name, sql in known:
+            if name in applied:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (name, checksum) VALUES ($1, $2)",
+                    name,
+                    _checksum(sql),
+                )
+            done.append(name)
+        return done
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
+
+
+def _check_compatible(known: list[tuple[str, str]], applied: dict[str, str]) -> None:
+    by_name = dict(known)
+    unknown = sorted(set(applied) - set(by_name))
+    if unknown:
+        raise SchemaMismatch(
+            f"database has migrations this punchclock does not know: {', '.join(unknown)}; "
+            "upgrade punchclock on this host"
+        )
+    changed = sorted(n for n, c in applied.items() if _checksum(by_name[n]) != c)
+    if changed:
+        raise SchemaMismatch(f"migration files changed after they were applied: {changed}")
+
+
+async def pending_migrations(conn: asyncpg.Connection) -> list[str]:
+    """Names not yet applied; raises SchemaMismatch like migrate() would."""
+    known = bundled_migrations()
+    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    applied: dict[str, str] = {}
+    if exists:
+        applied = {
+            r["name"]: r["checksum"]
+            for r in await conn.fetch("SELECT name, checksum FROM schema_migrations")
+        }
+    _check_compatible(known, applied)
+    return [n for n, _ in known if n not in applied]

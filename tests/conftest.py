@@ -1,0 +1,153 @@
+"""Test fixtures: a real PostgreSQL, and a fresh migrated database per test.
+
+Where the server comes from (first that works):
+1. PUNCHCLOCK_TEST_DATABASE_URL (CI sets it), an admin DSN;
+2. testcontainers' PostgreSQL when a Docker engine answers a ping within 2 s;
+3. a throwaway local cluster (supervisor.pgserver), the same code as `punchclock up`.
+Each test gets `CREATE DATABASE ... TEMPLATE` of a database migrated once per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import psutil
+import pytest
+
+from supervisor.store import Store, connect, create_pool, migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _docker_answers(timeout: float = 2.0) -> bool:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False
+    path = host.removeprefix("unix://")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b"OK" in s.recv(1024)
+    except OSError:
+        return False
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    url = os.environ.get("PUNCHCLOCK_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as pg:
+            yield pg.get_connection_url()
+        return
+    from supervisor.pgserver import LocalPostgres
+
+    with tempfile.TemporaryDirectory(prefix="pc-test-", dir="/tmp") as tmp:
+        os.chmod(tmp, 0o755)
+        server = LocalPostgres(Path(tmp) / "pg", persistent=False)
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_dsn: str) -> Iterator[str]:
+    name = f"pc_tpl_{os.getpid()}"
+
+    async def create() -> None:
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        conn = await connect(with_database(admin_dsn, name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    yield name
+
+    async def drop() -> None:
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+    asyncio.run(drop())
+
+
+@pytest.fixture
+async def dsn(admin_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh migrated database for this test; dropped (with its sessions) afterwards."""
+    name = f"pc_t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    finally:
+        await admin.close()
+    yield with_database(admin_dsn, name)
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(dsn, min_size=1, max_size=20)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def store(pool: asyncpg.Pool) -> Store:
+    return Store(pool)
+
+
+@pytest.fixture(autouse=True)
+def no_stray_children() -> Iterator[None]:
+    """Fail a test that leaves a child process of this pytest behind (River checks goroutines)."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    leftover: list[psutil.Process] = []
+    for _ in range(100):  # up to ~5 s for exiting children to go
+        leftover = [p for p in me.children(recursive=True) if p.pid not in before and _alive(p)]
+        if not leftover:
+            break
+        psutil.wait_procs(leftover, timeout=0.05)
+    for p in leftover:
+        p.kill()
+    assert not leftover, f"test left child processes behind: {[p.cmdline() for p in leftover]}"
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
