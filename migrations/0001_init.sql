@@ -20,8 +20,8 @@ CREATE TABLE jobs (
     run_at                  timestamptz,
     timezone                text NOT NULL DEFAULT 'UTC',
     max_attempts            integer NOT NULL DEFAULT 3 CHECK (max_attempts BETWEEN 1 AND 100),
-    timeout_seconds         double precision NOT NULL DEFAULT 3600
-                            CHECK (timeout_seconds BETWEEN 1 AND 604800),
+    -- NULL: the handler's default timeout on the host that runs it, else one hour.
+    timeout_seconds         double precision CHECK (timeout_seconds BETWEEN 1 AND 604800),
     retry_base_seconds      double precision NOT NULL DEFAULT 10 CHECK (retry_base_seconds >= 0),
     retry_cap_seconds       double precision NOT NULL DEFAULT 3600
                             CHECK (retry_cap_seconds >= retry_base_seconds),

@@ -35,9 +35,10 @@ class Loop(ABC):
 
     name = "loop"
 
-    def __init__(self, interval: float, jitter: float = 0.1) -> None:
+    def __init__(self, interval: float, jitter: float = 0.1, max_backoff: float = 5.0) -> None:
         self.interval = interval
         self.jitter = jitter
+        self.max_backoff = max_backoff
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.errors = 0
@@ -70,7 +71,7 @@ class Loop(ABC):
                     self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
                 )
                 delay = backoff
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, self.max_backoff)
             if delay is None:
                 delay = self.interval * (1 + random.uniform(-self.jitter, self.jitter))
             await self._sleep(delay)

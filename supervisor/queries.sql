@@ -187,18 +187,19 @@ WITH candidates AS (
     SELECT id, attempts, $3::text, lease_token, started_at FROM claimed
 )
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
-       c.started_at, c.trigger, COALESCE(c.payload, j.payload) AS payload,
+       c.started_at, c.trigger, c.exclusive, COALESCE(c.payload, j.payload) AS payload,
        j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
        j.retry_cap_seconds, now() AS db_now
 FROM claimed c JOIN jobs j ON j.id = c.job_id
 ORDER BY c.run_after, c.id;
 
 -- name: next_due_in
--- Seconds until the earliest claimable run of these types (negative: already due).
+-- Seconds until the next claimable run of these types comes due. Runs due now that the
+-- claim left behind are locked by another host or blocked by overlap; a NOTIFY wakes us.
 SELECT EXTRACT(EPOCH FROM (min(r.run_after) - now()))::float8 FROM runs r
 JOIN jobs j ON j.id = r.job_id
-WHERE r.status IN ('scheduled', 'failed') AND r.type = ANY($1::text[])
-  AND NOT j.paused AND j.deleted_at IS NULL;
+WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now()
+  AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL;
 
 -- name: renew_leases
 -- Heartbeat. A run missing from the result is no longer ours: its child must die now.

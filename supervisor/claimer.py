@@ -1,0 +1,87 @@
+"""The claimer service: starts due runs of the types this host offers, up to its free slots.
+
+It sleeps until the earliest due run it could take, a NOTIFY wake-up, or a freed slot; a
+bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs in the
+same short transaction as the claim, so a missed run is never started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from supervisor.log import log_event
+from supervisor.loop import Loop
+from supervisor.store import Store
+
+
+class Claimer(Loop):
+    name = "claimer"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        owner: str,
+        types: list[str],
+        free_slots: Callable[[], int],
+        start: Callable[[Any, float], None],
+        lease_ttl: float,
+        misfire_grace: float,
+        poll_interval: float,
+        on_skipped: Callable[[list[Any]], None] | None = None,
+    ) -> None:
+        super().__init__(poll_interval, jitter=0.1)
+        self.store = store
+        self.owner = owner
+        self.types = types
+        self.free_slots = free_slots
+        self.start = start
+        self.lease_ttl = lease_ttl
+        self.misfire_grace = misfire_grace
+        self.on_skipped = on_skipped
+        self.claim_seconds: list[float] = []
+
+    async def run_once(self) -> float | None:
+        if not self.types:
+            return None
+        free = self.free_slots()
+        if free <= 0:
+            return self.interval  # a finishing run wakes us
+        sent_at = time.monotonic()
+        try:
+            async with self.store.transaction() as tx:
+                skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
+                rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl)
+        except asyncpg.UniqueViolationError:
+            # Another host started a run of the same exclusive job at the same moment.
+            return 0.01
+        self.claim_seconds.append(time.monotonic() - sent_at)
+        del self.claim_seconds[:-1000]
+        if skipped:
+            for r in skipped:
+                log_event(self.log, "run_skipped", run_id=r["id"], job_id=r["job_id"], reason=r["reason"])
+            if self.on_skipped:
+                self.on_skipped(skipped)
+        for row in rows:
+            delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
+            log_event(
+                self.log,
+                "run_claimed",
+                run_id=row["id"],
+                job_name=row["job_name"],
+                attempt=row["attempts"],
+                worker_id=self.owner,
+                scheduled_at=row["scheduled_at"].isoformat(),
+                queue_delay=round(delay, 3),
+            )
+            self.start(row, sent_at)
+        if len(rows) == free:
+            return 0.0 if self.free_slots() > 0 else self.interval
+        due_in = await self.store.next_due_in(self.types)
+        if due_in is None:
+            return self.interval
+        return max(0.0, min(due_in, self.interval))

@@ -1,0 +1,263 @@
+"""The `punchclock` command: exit status 0 ok, 1 failed, 2 usage or invalid input."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from supervisor import __version__
+from supervisor.config import Config, ConfigError, load, settings_table
+from supervisor.errors import InvalidSpec, PunchclockError, SchemaMismatch
+from supervisor.log import setup_logging
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _config(args: argparse.Namespace, **extra: Any) -> Config:
+    overrides = {
+        name: getattr(args, name, None)
+        for name in (
+            "database_url",
+            "concurrency",
+            "worker_id",
+            "lease_ttl",
+            "drain_timeout",
+            "kill_grace",
+            "metrics_listen",
+            "api_listen",
+            "poll_interval",
+            "misfire_grace",
+            "log_level",
+        )
+    }
+    if getattr(args, "handlers", None):
+        overrides["handlers"] = args.handlers
+    if getattr(args, "api_token", None):
+        overrides["api_tokens"] = args.api_token
+    overrides.update(extra)
+    return load(config_file=getattr(args, "config", None), overrides=overrides)
+
+
+def _need_db(cfg: Config) -> str:
+    if not cfg.database_url:
+        raise UsageError("no database: pass --database-url or set PUNCHCLOCK_DATABASE_URL")
+    return cfg.database_url
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from supervisor.store import connect, migrate
+
+    cfg = _config(args)
+    setup_logging(cfg.log_level)
+
+    async def run() -> list[str]:
+        conn = await connect(_need_db(cfg))
+        try:
+            return await migrate(conn)
+        finally:
+            await conn.close()
+
+    applied = asyncio.run(run())
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+    return EXIT_OK
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    from supervisor.app import Supervisor
+    from supervisor.registry import load_registry
+    from supervisor.runner import install_fast_child_watcher
+
+    cfg = _config(args)
+    setup_logging(cfg.log_level)
+    _need_db(cfg)
+    registry = load_registry(cfg.handlers)
+    install_fast_child_watcher()
+
+    async def run() -> int:
+        return await Supervisor(cfg, registry, auto_migrate=args.migrate).run()
+
+    return asyncio.run(run())
+
+
+def cmd_schedule_preview(args: argparse.Namespace) -> int:
+    from supervisor import schedule
+
+    after = schedule.parse_instant(args.after, "--after") if args.after else datetime.now(UTC)
+    if not 1 <= args.count <= 1000:
+        raise InvalidSpec("--count", "must be between 1 and 1000")
+    sched = schedule.parse_schedule(args.expression, None, args.tz)
+    items = schedule.preview(sched, after, args.count)
+    if args.json:
+        print(json.dumps(items, indent=2))
+    else:
+        for item in items:
+            print(f"{item['utc']:<22}  {item['local']}")
+    return EXIT_OK
+
+
+def cmd_handlers_list(args: argparse.Namespace) -> int:
+    from supervisor.registry import load_registry
+
+    cfg = _config(args)
+    reg = load_registry(cfg.handlers)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "handlers": [
+                        {
+                            "type": h.type,
+                            "argv": list(h.argv),
+                            "source": h.source,
+                            "timeout_seconds": h.timeout_seconds,
+                        }
+                        for h in reg.handlers.values()
+                    ],
+                    "rejected": [r.__dict__ for r in reg.rejected],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for h in reg.handlers.values():
+            print(f"ok        {h.type:<24} {' '.join(h.argv)}")
+        for r in reg.rejected:
+            print(f"rejected  {r.type:<24} {r.source}: {r.reason}")
+        if not reg.handlers and not reg.rejected:
+            print("no handlers (pass --handlers PATH)")
+    return EXIT_FAILED if reg.rejected else EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from supervisor.registry import load_registry
+
+    if args.settings:
+        print(settings_table())
+        return EXIT_OK
+    cfg = _config(args)
+    problems = [f"handler {r.type} ({r.source}): {r.reason}" for r in load_registry(cfg.handlers).rejected]
+    if cfg.database_url:
+        problems += _check_database(cfg.database_url)
+    for p in problems:
+        print(f"problem: {p}")
+    print("configuration ok" if not problems else f"{len(problems)} problem(s)")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def _check_database(dsn: str) -> list[str]:
+    from supervisor.store import connect, pending_migrations
+
+    async def run() -> list[str]:
+        try:
+            conn = await connect(dsn)
+        except Exception as exc:
+            return [f"database unreachable: {exc}"]
+        try:
+            pending = await pending_migrations(conn)
+        except SchemaMismatch as exc:
+            return [str(exc)]
+        finally:
+            await conn.close()
+        return [f"migrations pending: {', '.join(pending)}"] if pending else []
+
+    return asyncio.run(run())
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _common(p: argparse.ArgumentParser, *, db: bool = True) -> None:
+    p.add_argument("--config", type=Path, help="TOML config file (default /etc/punchclock/punchclock.toml)")
+    if db:
+        p.add_argument("--database-url", help="PostgreSQL DSN [PUNCHCLOCK_DATABASE_URL]")
+    p.add_argument("--log-level", help="debug, info, warning, error [PUNCHCLOCK_LOG_LEVEL]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="punchclock", description="Distributed job scheduler on PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"punchclock {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("migrate", help="apply database migrations")
+    _common(p)
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("supervise", help="run this host's supervisor")
+    _common(p)
+    p.add_argument("--handlers", action="append", help="handler TOML file or directory (repeatable)")
+    p.add_argument("--concurrency", type=int, help="children at once [PUNCHCLOCK_CONCURRENCY]")
+    p.add_argument("--worker-id", help="worker id (default host:pid) [PUNCHCLOCK_WORKER_ID]")
+    p.add_argument("--lease-ttl", type=float, help="lease seconds [PUNCHCLOCK_LEASE_TTL]")
+    p.add_argument("--drain-timeout", type=float, help="shutdown drain seconds [PUNCHCLOCK_DRAIN_TIMEOUT]")
+    p.add_argument("--kill-grace", type=float, help="SIGTERM to SIGKILL seconds [PUNCHCLOCK_KILL_GRACE]")
+    p.add_argument("--poll-interval", type=float, help="fallback poll seconds [PUNCHCLOCK_POLL_INTERVAL]")
+    p.add_argument("--misfire-grace", type=float, help="seconds before a late run is missed")
+    p.add_argument("--metrics-listen", help="HOST:PORT for metrics [PUNCHCLOCK_METRICS_LISTEN]")
+    p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
+    p.set_defaults(func=cmd_supervise)
+
+    p = sub.add_parser("schedule", help="schedule tools")
+    ssub = p.add_subparsers(dest="schedule_command", required=True, metavar="SUBCOMMAND")
+    pp = ssub.add_parser("preview", help="print the next run instants of a cron expression")
+    pp.add_argument("expression", help="cron expression (5 fields, or 6 with seconds first)")
+    pp.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
+    pp.add_argument("--after", help="start after this ISO-8601 instant (default now)")
+    pp.add_argument("--count", type=int, default=10, help="how many (default 10)")
+    pp.add_argument("--json", action="store_true", help="print JSON")
+    pp.set_defaults(func=cmd_schedule_preview)
+
+    p = sub.add_parser("handlers", help="handler registry tools")
+    hsub = p.add_subparsers(dest="handlers_command", required=True, metavar="SUBCOMMAND")
+    hp = hsub.add_parser("list", help="show the handlers this host offers and rejected entries")
+    hp.add_argument("--config", type=Path)
+    hp.add_argument("--handlers", action="append", help="handler TOML file or directory")
+    hp.add_argument("--json", action="store_true")
+    hp.set_defaults(func=cmd_handlers_list)
+
+    p = sub.add_parser("check", help="validate configuration, handlers and the database")
+    _common(p)
+    p.add_argument("--handlers", action="append")
+    p.add_argument("--settings", action="store_true", help="print the settings table and exit")
+    p.set_defaults(func=cmd_check)
+
+    for extra in _EXTRA_COMMANDS:
+        extra(sub)
+    return parser
+
+
+# Later modules (api, client, up) register their subcommands here without cli importing them
+# at module import time.
+_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except (UsageError, ConfigError, InvalidSpec) as exc:
+        print(f"punchclock: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (PunchclockError, OSError) as exc:
+        print(f"punchclock: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""One frozen Config, read once at start-up: defaults < TOML file < environment < flags.
+
+Each setting is declared once (name, type, default, meaning); README's configuration table
+is generated from the same list (`punchclock check --settings`). Unknown keys and invalid
+values stop start-up with a message that names them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG_FILE = Path("/etc/punchclock/punchclock.toml")
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _default_concurrency() -> int:
+    return 8 * (os.cpu_count() or 1)
+
+
+def _setting(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass(frozen=True)
+class Config:
+    database_url: str = _setting("", "PostgreSQL DSN (postgresql://user:pass@host:port/db)")
+    handlers: tuple[str, ...] = _setting((), "handler TOML files or directories (repeatable)")
+    concurrency: int = _setting(0, "children run at once by this supervisor (0: 8 x CPU cores)")
+    worker_id: str = _setting("", "this supervisor's id (default: host name + pid)")
+    lease_ttl: float = _setting(30.0, "seconds a claimed run's lease lasts without renewal")
+    drain_timeout: float = _setting(30.0, "seconds running children get to finish at shutdown")
+    kill_grace: float = _setting(10.0, "seconds between SIGTERM and SIGKILL for a child's group")
+    output_limit: int = _setting(65536, "bytes of stdout and of stderr kept per attempt (tail)")
+    misfire_grace: float = _setting(
+        60.0, "seconds a run may wait past its time before the catch-up policy calls it missed"
+    )
+    plan_horizon: float = _setting(86400.0, "seconds of future runs the planner keeps planned")
+    plan_max_runs: int = _setting(100, "at most this many runs planned per job per pass")
+    poll_interval: float = _setting(5.0, "fallback poll when no notification arrives (seconds)")
+    metrics_listen: str = _setting("", "host:port for /metrics and /readyz (empty: off)")
+    api_listen: str = _setting("127.0.0.1:8080", "host:port the API listens on")
+    api_tokens: tuple[str, ...] = _setting(
+        (), "API bearer tokens as ROLE:TOKEN, ROLE is read or admin (repeatable)"
+    )
+    api_max_body: int = _setting(1048576, "largest request body the API accepts (bytes)")
+    ready_max_lag: float = _setting(60.0, "/readyz fails when a due run waited longer (seconds)")
+    retention_succeeded_days: float = _setting(30.0, "keep succeeded and skipped runs this long")
+    retention_failed_days: float = _setting(90.0, "keep dead, cancelled and failed runs this long")
+    log_level: str = _setting("info", "debug, info, warning or error")
+
+    @property
+    def effective_concurrency(self) -> int:
+        return self.concurrency or _default_concurrency()
+
+    @property
+    def effective_worker_id(self) -> str:
+        return self.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+_FIELDS = {f.name: f for f in fields(Config)}
+ENV_PREFIX = "PUNCHCLOCK_"
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    f = _FIELDS[name]
+    kind = f.type
+    try:
+        if kind == "tuple[str, ...]":
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError("expected a list of strings")
+            return tuple(value)
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError("expected a whole number")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError("expected a number")
+            return float(value)
+        if not isinstance(value, str):
+            raise ValueError("expected a string")
+        return value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {name}: {exc} (got {value!r})") from None
+
+
+def _validate(cfg: Config) -> None:
+    problems = []
+    positive = ("lease_ttl", "drain_timeout", "plan_horizon", "poll_interval", "ready_max_lag")
+    for name in positive:
+        if getattr(cfg, name) <= 0:
+            problems.append(f"{name}: must be greater than 0")
+    for name in ("kill_grace", "misfire_grace", "concurrency"):
+        if getattr(cfg, name) < 0:
+            problems.append(f"{name}: must not be negative")
+    if cfg.plan_max_runs < 1:
+        problems.append("plan_max_runs: must be at least 1")
+    if cfg.output_limit < 0:
+        problems.append("output_limit: must not be negative")
+    if cfg.log_level.lower() not in {"debug", "info", "warning", "error"}:
+        problems.append(f"log_level: must be debug, info, warning or error, not {cfg.log_level!r}")
+    for tok in cfg.api_tokens:
+        role, _, secret = tok.partition(":")
+        if role not in {"read", "admin"} or len(secret) < 16:
+            problems.append("api_tokens: each entry is read:TOKEN or admin:TOKEN, TOKEN >= 16 chars")
+            break
+    for name in ("metrics_listen", "api_listen"):
+        value = getattr(cfg, name)
+        if value and not _valid_listen(value):
+            problems.append(f"{name}: expected HOST:PORT, got {value!r}")
+    if problems:
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
+
+
+def _valid_listen(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) < 65536)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def load(
+    *,
+    config_file: Path | None = None,
+    environ: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Config:
+    """Build the Config. `config_file` None means the default path, if it exists."""
+    environ = dict(os.environ) if environ is None else environ
+    values: dict[str, Any] = {}
+    path = config_file
+    if path is None and env_name("config") in environ:
+        path = Path(environ[env_name("config")])
+    if path is None and DEFAULT_CONFIG_FILE.exists():
+        path = DEFAULT_CONFIG_FILE
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise ConfigError(f"config file {path}: unknown keys: {', '.join(unknown)}")
+        values.update({k: _coerce(k, v, str(path)) for k, v in data.items()})
+    for name in _FIELDS:
+        if env_name(name) in environ:
+            values[name] = _coerce(name, environ[env_name(name)], env_name(name))
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
+    cfg = replace(Config(), **values)
+    _validate(cfg)
+    return cfg
+
+
+def settings_table() -> str:
+    """README's configuration table, generated from the declarations above."""
+    lines = ["| setting | environment | default | meaning |", "| --- | --- | --- | --- |"]
+    for f in fields(Config):
+        default = f.default if f.default not in ("", ()) else "—"
+        lines.append(f"| `{f.name}` | `{env_name(f.name)}` | {default} | {f.metadata['help']} |")
+    return "\n".join(lines)

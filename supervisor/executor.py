@@ -1,0 +1,373 @@
+"""Runs claimed runs as child processes and reports their results, fenced by the lease.
+
+Owns the in-flight table (run id -> lease token, child, local lease deadline). The
+heartbeater renews what `leases()` lists and calls `renewed()`/`lost()`; the fence watch
+kills a child whose lease may expire before a renewal could succeed (self-fencing).
+Every finished child yields exactly one fenced completion; the database decides whether
+it is still ours (recorded) or late (dropped and counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from supervisor.log import log_event
+from supervisor.loop import DB_ERRORS
+from supervisor.registry import Registry
+from supervisor.runner import Child, ChildResult, ChildSpec
+from supervisor.store import Completion, Store
+
+DEFAULT_TIMEOUT = 3600.0
+EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
+ERROR_STDERR_CHARS = 2000
+
+log = logging.getLogger("punchclock.executor")
+
+
+def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with equal jitter: uniform(b/2, b), b = min(cap, base*2^(attempt-1)).
+
+    Half fixed, half random: spread like full jitter, but never an instant retry and the
+    wait never shrinks from one attempt to the next (DESIGN.md, Retries).
+    """
+    b = min(cap, base * 2 ** (attempt - 1))
+    return (rng or random).uniform(b / 2, b)
+
+
+@dataclass
+class InFlight:
+    run_id: int
+    lease_token: int
+    attempt: int
+    job_name: str
+    type: str
+    valid_until: float  # monotonic: the lease surely holds until then
+    exclusive: bool = False  # its end may unblock another run of the job elsewhere
+    child: Child | None = None
+    fenced: bool = False
+    lost: bool = False
+    released: bool = False  # given back at shutdown: no completion is sent
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+@dataclass
+class Counters:
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    late_results: int = 0
+    self_fenced: int = 0
+    lease_lost: int = 0
+
+
+class Executor:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        owner: str,
+        concurrency: int,
+        lease_ttl: float,
+        kill_grace: float,
+        output_limit: int,
+        keeper: Any = None,
+        on_slot_free: Callable[[], None] | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.owner = owner
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl
+        self.kill_grace = kill_grace
+        self.output_limit = output_limit
+        self.keeper = keeper
+        self.on_slot_free = on_slot_free
+        self.on_event = on_event
+        self.inflight: dict[int, InFlight] = {}
+        self.counters = Counters()
+        self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+        self._pending: list[tuple[Completion, bool, asyncio.Future[bool]]] = []
+        self._pending_event = asyncio.Event()
+
+    # ------------------------------------------------------------ capacity and leases
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.concurrency - len(self.inflight))
+
+    def leases(self) -> list[tuple[int, int]]:
+        return [(e.run_id, e.lease_token) for e in self.inflight.values()]
+
+    def renewed(self, leases: list[tuple[int, int]], ok: set[int], sent_at: float) -> None:
+        for run_id, token in leases:
+            entry = self.inflight.get(run_id)
+            if entry is None or entry.lease_token != token:
+                continue
+            if run_id in ok:
+                entry.valid_until = max(entry.valid_until, sent_at + self.lease_ttl)
+            elif not entry.lost:
+                entry.lost = True
+                self.counters.lease_lost += 1
+                self._event("lease_lost", entry, reason="the run is no longer ours")
+                self._kill(entry, "lease lost", grace=0)
+
+    def fence_check(self, now: float | None = None) -> None:
+        """Kill children whose lease could expire before another renewal succeeds."""
+        now = time.monotonic() if now is None else now
+        margin = self.lease_ttl / 4
+        for entry in self.inflight.values():
+            remaining = entry.valid_until - now
+            if remaining < margin and not entry.fenced and not entry.lost:
+                entry.fenced = True
+                self.counters.self_fenced += 1
+                self._event("self_fenced", entry, remaining_seconds=round(remaining, 3))
+                self._kill(entry, "self-fenced: could not renew the lease", grace=remaining / 2)
+
+    def _kill(self, entry: InFlight, reason: str, grace: float | None = None) -> None:
+        if entry.child is not None:
+            grace = None if grace is None else max(0.0, min(grace, self.kill_grace))
+            asyncio.get_running_loop().create_task(entry.child.kill(reason, grace))
+
+    # ------------------------------------------------------------ running
+
+    def start(self, row: Any, claimed_at: float) -> None:
+        entry = InFlight(
+            run_id=row["id"],
+            lease_token=row["lease_token"],
+            attempt=row["attempts"],
+            job_name=row["job_name"],
+            type=row["type"],
+            valid_until=claimed_at + self.lease_ttl,
+            exclusive=row["exclusive"],
+        )
+        self.inflight[entry.run_id] = entry
+        entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row))
+
+    async def _execute(self, entry: InFlight, row: Any) -> None:
+        try:
+            result = await self._run_child(entry, row)
+            if entry.released:
+                return
+            completion, status = self._completion(entry, row, result)
+            recorded = await self._complete(completion, entry)
+            self._finished(entry, row, result, status, recorded)
+        except Exception:
+            log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
+        finally:
+            self.inflight.pop(entry.run_id, None)
+            if self.on_slot_free:
+                self.on_slot_free()
+
+    async def _run_child(self, entry: InFlight, row: Any) -> ChildResult:
+        handler = self.registry.handlers.get(row["type"])
+        if handler is None:  # unregistered since the claim: fail the attempt, keep going
+            return _no_handler(row["type"])
+        timeout = row["timeout_seconds"] or handler.timeout_seconds or DEFAULT_TIMEOUT
+        deadline = row["db_now"] + timedelta(seconds=timeout)
+        env = {
+            **self._base_env,
+            **handler.env,
+            "PUNCHCLOCK_RUN_ID": str(row["id"]),
+            "PUNCHCLOCK_JOB_NAME": row["job_name"],
+            "PUNCHCLOCK_JOB_TYPE": row["type"],
+            "PUNCHCLOCK_ATTEMPT": str(row["attempts"]),
+            "PUNCHCLOCK_SCHEDULED_AT": _iso(row["scheduled_at"]),
+            "PUNCHCLOCK_LEASE_TOKEN": str(row["lease_token"]),
+            "PUNCHCLOCK_DEADLINE": _iso(deadline),
+        }
+        spec = ChildSpec(
+            argv=list(handler.argv),
+            env=env,
+            stdin=json.dumps(row["payload"]).encode(),
+            cwd=handler.cwd,
+            timeout=timeout,
+            kill_grace=self.kill_grace,
+            output_limit=self.output_limit,
+        )
+        entry.child = await Child.spawn(spec, self.keeper)
+        self._event("started", entry, pid=entry.child.pid, scheduled_at=_iso(row["scheduled_at"]))
+        if entry.lost or entry.fenced or entry.released:  # while spawning
+            await entry.child.kill("lease lost", 0)
+        return await entry.child.wait()
+
+    def _completion(
+        self, entry: InFlight, row: Any, result: ChildResult
+    ) -> tuple[Completion, str]:
+        outcome = result.outcome
+        if entry.lost or entry.fenced:
+            outcome = "lease_lost"
+        elif outcome in ("killed", "spawn_failed"):
+            outcome = "failed"
+        error = result.error
+        if error and result.stderr_tail:
+            error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
+        retry_in = 0.0
+        if outcome == "succeeded":
+            status = "succeeded"
+        elif result.exit_code == EXIT_PERMANENT or row["attempts"] >= row["max_attempts"]:
+            status = "dead"
+        else:
+            status = "failed"
+            retry_in = retry_delay(
+                row["attempts"], row["retry_base_seconds"], row["retry_cap_seconds"]
+            )
+        completion: Completion = (
+            entry.run_id,
+            entry.lease_token,
+            status,
+            retry_in,
+            outcome,
+            error,
+            result.exit_code,
+            result.signal,
+            result.stdout_tail,
+            result.stderr_tail,
+            result.cpu_seconds,
+            result.peak_rss_bytes,
+        )
+        return completion, status
+
+    def _finished(
+        self, entry: InFlight, row: Any, result: ChildResult, status: str, recorded: bool
+    ) -> None:
+        duration = round(result.duration, 3)
+        if not recorded:
+            self.counters.late_results += 1
+            self._event("late_result_rejected", entry, outcome=result.outcome, duration=duration)
+            return
+        if status == "succeeded":
+            self.counters.succeeded += 1
+            self._event("succeeded", entry, duration=duration)
+            return
+        self.counters.failed += 1
+        fields = {"error": result.error, "exit_code": result.exit_code, "duration": duration}
+        self._event("timed_out" if result.outcome == "timed_out" else "failed", entry, **fields)
+        if status == "dead":
+            self.counters.dead += 1
+            self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
+        else:
+            self._event("retry_scheduled", entry)
+
+    # ------------------------------------------------------------ completions (batched)
+
+    async def _complete(self, completion: Completion, entry: InFlight) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((completion, entry.exclusive, fut))
+        self._pending_event.set()
+        return await fut
+
+    async def run_completer(self, stop: asyncio.Event) -> None:
+        """Flush queued completions in batches until `stop` is set and nothing is left."""
+        backoff = 0.05
+        while True:
+            if not self._pending:
+                if stop.is_set():
+                    return
+                self._pending_event.clear()
+                waiter = asyncio.ensure_future(self._pending_event.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                continue
+            batch = self._pending[:500]
+            try:
+                rows = await self.store.complete_runs([c for c, _, _ in batch], self.owner)
+            except DB_ERRORS as exc:
+                log_event(log, "db_error", level=logging.WARNING, service="completer", error=repr(exc))
+                await asyncio.sleep(backoff)  # retry pacing, not synchronisation
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            del self._pending[: len(batch)]
+            recorded = {r["id"] for r in rows}
+            # Wake other hosts when a retry is scheduled or an exclusive job is free again.
+            if any(c[2] == "failed" or excl for c, excl, _ in batch):
+                await self._notify_quietly()
+            for completion, _, fut in batch:
+                if not fut.done():
+                    fut.set_result(completion[0] in recorded)
+
+    async def _notify_quietly(self) -> None:
+        try:
+            await self.store.notify_wake()
+        except DB_ERRORS:
+            pass
+
+    # ------------------------------------------------------------ shutdown
+
+    async def drain(self, timeout: float, hurry: asyncio.Event | None = None) -> bool:
+        """Wait for in-flight runs to finish; True if all did within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.inflight:
+            if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
+                return False
+            tasks = [e.task for e in self.inflight.values() if e.task is not None]
+            await asyncio.wait(tasks, timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+        return True
+
+    async def interrupt_all(self) -> int:
+        """Kill what is left and give the runs back without consuming an attempt."""
+        entries = list(self.inflight.values())
+        leases = [(e.run_id, e.lease_token) for e in entries]
+        for e in entries:
+            e.released = True
+        await asyncio.gather(
+            *(e.child.kill("supervisor shutting down") for e in entries if e.child is not None),
+            return_exceptions=True,
+        )
+        released: set[int] = set()
+        try:
+            released = await self.store.release_runs(leases, self.owner)
+        except DB_ERRORS as exc:
+            log_event(log, "release_failed", level=logging.WARNING, error=repr(exc))
+        for e in entries:
+            if e.run_id in released:
+                self._event("interrupted", e)
+        tasks = [e.task for e in entries if e.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.kill_grace + 5)
+        return len(released)
+
+    def _event(self, event: str, entry: InFlight, **fields: Any) -> None:
+        data = {
+            "run_id": entry.run_id,
+            "job_name": entry.job_name,
+            "type": entry.type,
+            "attempt": entry.attempt,
+            "worker_id": self.owner,
+            **fields,
+        }
+        level = logging.INFO if event in ("started", "succeeded", "retry_scheduled") else logging.WARNING
+        log_event(log, f"run_{event}", level=level, **data)
+        if self.on_event:
+            self.on_event(event, data)
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _no_handler(type_name: str) -> ChildResult:
+    return ChildResult(
+        outcome="spawn_failed",
+        exit_code=None,
+        signal=None,
+        error=f"no handler registered for type {type_name!r} on this host",
+        stdout_tail="",
+        stderr_tail="",
+        cpu_seconds=None,
+        peak_rss_bytes=None,
+        duration=0.0,
+    )

@@ -1,0 +1,50 @@
+"""The reaper service: returns runs whose lease expired (host died or froze) to the queue.
+
+Every supervisor runs one; SKIP LOCKED keeps them from fighting. A reaped attempt is
+recorded as lease_lost; a run out of attempts becomes dead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from supervisor.log import log_event
+from supervisor.loop import Loop
+from supervisor.store import Store
+
+
+class Reaper(Loop):
+    name = "reaper"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        interval: float,
+        batch: int = 200,
+        on_reaped: Callable[[list[Any]], None] | None = None,
+    ) -> None:
+        super().__init__(interval)
+        self.store = store
+        self.batch = batch
+        self.on_reaped = on_reaped
+
+    async def run_once(self) -> float | None:
+        async with self.store.transaction() as tx:
+            rows = await tx.reap_expired(self.batch)
+            if rows:
+                await tx.notify_wake()
+        for r in rows:
+            log_event(
+                self.log,
+                "run_reaped",
+                run_id=r["id"],
+                job_id=r["job_id"],
+                attempt=r["attempts"],
+                lost_by=r["lease_owner"],
+                status=r["status"],
+            )
+        if rows and self.on_reaped:
+            self.on_reaped(rows)
+        return 0.0 if len(rows) == self.batch else None

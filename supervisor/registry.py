@@ -1,0 +1,157 @@
+"""The host's handler registry: type name -> command, from TOML files and handler directories.
+
+Handlers are registered on each host, never through the API: the API can only name a type.
+Bad entries are collected as `Rejected` with a reason instead of stopping the host, so
+`punchclock handlers list` / `check` can show every problem at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TYPE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_KEYS = {"command", "shell", "timeout_seconds", "cwd", "env"}
+_IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}
+
+
+@dataclass(frozen=True)
+class Handler:
+    type: str
+    argv: tuple[str, ...]
+    source: str
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    source: str
+    type: str
+    reason: str
+
+
+@dataclass
+class Registry:
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    @property
+    def types(self) -> list[str]:
+        return sorted(self.handlers)
+
+    def add(self, handler: Handler) -> None:
+        if handler.type in self.handlers:
+            first = self.handlers[handler.type].source
+            self.rejected.append(
+                Rejected(handler.source, handler.type, f"type already defined by {first}")
+            )
+            return
+        self.handlers[handler.type] = handler
+
+
+def load_registry(paths: list[str] | tuple[str, ...]) -> Registry:
+    reg = Registry()
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            _load_dir(reg, path)
+        elif path.is_file():
+            _load_toml(reg, path)
+        else:
+            reg.rejected.append(Rejected(str(path), "*", "no such file or directory"))
+    return reg
+
+
+def _executable_problem(path: Path) -> str | None:
+    if not path.exists():
+        return f"command {str(path)!r} does not exist"
+    if not path.is_file():
+        return f"command {str(path)!r} is not a file"
+    if not os.access(path, os.X_OK):
+        return f"command {str(path)!r} is not executable (chmod +x)"
+    return None
+
+
+def _load_dir(reg: Registry, directory: Path) -> None:
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith((".", "_")) or path.suffix in _IGNORED_SUFFIXES or path.is_dir():
+            continue
+        type_name = path.stem
+        if not TYPE_NAME.match(type_name):
+            reg.rejected.append(Rejected(str(path), type_name, "file name is not a valid type"))
+            continue
+        problem = _executable_problem(path)
+        if problem:
+            reg.rejected.append(Rejected(str(path), type_name, problem))
+            continue
+        reg.add(Handler(type_name, (str(path.resolve()),), str(path)))
+
+
+def _load_toml(reg: Registry, path: Path) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        reg.rejected.append(Rejected(str(path), "*", f"cannot read: {exc}"))
+        return
+    unknown_top = sorted(set(data) - {"handlers"})
+    if unknown_top:
+        reg.rejected.append(Rejected(str(path), "*", f"unknown keys: {', '.join(unknown_top)}"))
+    tables = data.get("handlers", {})
+    if not isinstance(tables, dict):
+        reg.rejected.append(Rejected(str(path), "*", "[handlers] must be a table"))
+        return
+    for type_name, spec in tables.items():
+        source = f"{path}[handlers.{type_name}]"
+        try:
+            reg.add(_parse_entry(type_name, spec, source, path.parent))
+        except ValueError as exc:
+            reg.rejected.append(Rejected(source, type_name, str(exc)))
+
+
+def _parse_entry(type_name: str, spec: Any, source: str, base: Path) -> Handler:
+    if not TYPE_NAME.match(type_name):
+        raise ValueError("type name must be 1-100 letters, digits or -_.:")
+    if not isinstance(spec, dict):
+        raise ValueError("must be a table")
+    unknown = sorted(set(spec) - _KEYS)
+    if unknown:
+        raise ValueError(f"unknown keys: {', '.join(unknown)}")
+    if ("command" in spec) == ("shell" in spec):
+        raise ValueError("give exactly one of command (argv list) or shell (string)")
+    if "command" in spec:
+        cmd = spec["command"]
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+            raise ValueError("command must be a non-empty list of strings (argv, no shell)")
+        exe = Path(cmd[0])
+        if not exe.is_absolute() and "/" in cmd[0]:
+            exe = (base / exe).resolve()
+            cmd = [str(exe), *cmd[1:]]
+        if exe.is_absolute():
+            problem = _executable_problem(exe)
+            if problem:
+                raise ValueError(problem)
+        argv = tuple(cmd)
+    else:
+        if not isinstance(spec["shell"], str) or not spec["shell"].strip():
+            raise ValueError("shell must be a non-empty string")
+        argv = ("/bin/sh", "-c", spec["shell"])
+    timeout = spec.get("timeout_seconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise ValueError("timeout_seconds must be a positive number")
+    cwd = spec.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not Path(cwd).is_dir()):
+        raise ValueError(f"cwd {cwd!r} is not a directory")
+    env = spec.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ValueError("env must be a table of strings")
+    return Handler(type_name, argv, source, cwd, dict(env), timeout)

@@ -1,0 +1,96 @@
+"""The data layer against a real PostgreSQL: migrations and the named queries."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from supervisor import store as store_mod
+from supervisor.errors import SchemaMismatch
+from supervisor.store import QUERIES, Store, connect, migrate, pending_migrations
+
+from ..conftest import with_database
+
+
+async def _fresh_db(admin_dsn: str, name: str) -> str:
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return with_database(admin_dsn, name)
+
+
+async def test_migrate_from_empty_then_idempotent(admin_dsn: str) -> None:
+    dsn = await _fresh_db(admin_dsn, "pc_mig_empty")
+    conn = await connect(dsn)
+    try:
+        first = await migrate(conn)
+        assert first == [name for name, _ in store_mod.bundled_migrations()]
+        assert await migrate(conn) == []
+        assert await pending_migrations(conn) == []
+        tables = {r["tablename"] for r in await conn.fetch("select tablename from pg_tables where schemaname='public'")}
+        assert {"jobs", "runs", "run_attempts", "workers", "schema_migrations"} <= tables
+    finally:
+        await conn.close()
+
+
+async def test_refuses_unknown_newer_migration_and_changed_checksum(dsn: str) -> None:
+    conn = await connect(dsn)
+    try:
+        await conn.execute("INSERT INTO schema_migrations (name, checksum) VALUES ('9999_future', 'x')")
+        with pytest.raises(SchemaMismatch, match="9999_future"):
+            await migrate(conn)
+        with pytest.raises(SchemaMismatch, match="does not know"):
+            await pending_migrations(conn)
+        await conn.execute("DELETE FROM schema_migrations WHERE name = '9999_future'")
+        await conn.execute("UPDATE schema_migrations SET checksum = 'tampered' WHERE name LIKE '0001%'")
+        with pytest.raises(SchemaMismatch, match="changed"):
+            await migrate(conn)
+    finally:
+        await conn.close()
+
+
+async def test_many_hosts_migrate_at_once(admin_dsn: str) -> None:
+    dsn = await _fresh_db(admin_dsn, "pc_mig_race")
+    conns = [await connect(dsn) for _ in range(6)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in conns))
+        applied = [r for r in results if r]
+        assert len(applied) == 1, "exactly one migrator applies; the others find nothing to do"
+        count = await conns[0].fetchval("select count(*) from schema_migrations")
+        assert count == len(store_mod.bundled_migrations())
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def test_every_query_prepares_against_the_schema(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        for name, sql in QUERIES.items():
+            try:
+                await conn.prepare(sql)
+            except asyncpg.PostgresError as exc:  # pragma: no cover - the failure message
+                pytest.fail(f"query {name} does not prepare: {exc}")
+
+
+def test_every_query_is_used_by_exactly_one_store_method() -> None:
+    source = inspect.getsource(Store)
+    for name in QUERIES:
+        uses = re.findall(rf'"{name}"', source)
+        assert len(uses) == 1, f"query {name} used {len(uses)} times in Store"
+        assert re.search(rf"def {name}\(", source), f"no Store method named {name}"
+
+
+def test_migrations_are_numbered_and_forward_only() -> None:
+    root = Path(__file__).resolve().parents[2] / "migrations"
+    names = sorted(p.name for p in root.glob("*.sql"))
+    assert names == [n for n, _ in store_mod.bundled_migrations()]
+    numbers = [int(n[:4]) for n in names]
+    assert numbers == list(range(1, len(numbers) + 1))
