@@ -76,14 +76,15 @@ def plan_job(job: Any, db_now: datetime, limits: PlanLimits) -> JobPlan:
     times = sched.between(start, horizon_end, limits.max_runs)
     if len(times) == limits.max_runs:
         until = times[-1]  # capped: plan the rest next pass
-    elif times or start >= horizon_end:
-        until = horizon_end
     else:
-        # Nothing within the horizon (a yearly job): plan at least the next run.
-        nxt = sched.next_after(start)
-        times = [nxt]
-        until = nxt
-    if until < horizon_end and until <= db_now:
+        until = max(start, horizon_end)
+        # At least the next run is always planned (a yearly job has none within 24 h).
+        # Fire times <= start are planned already, so only a later one is added.
+        nxt = sched.next_after(db_now)
+        if nxt is not None and nxt > until:
+            times.append(nxt)
+            until = nxt
+    if until <= db_now:
         plan_after = db_now  # catching up a long gap: continue next pass
     else:
         plan_after = max(db_now + (until - db_now) / 2, db_now + limits.min_replan)

@@ -1,0 +1,258 @@
+"""Job validation and job operations over the store, shared by the API and the CLI.
+
+Validation lives here only: one function turns a request body into job fields or raises
+InvalidSpecs naming every bad field. Each operation is one transaction, so a failed request
+writes nothing, and a schedule change replans in the same transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from supervisor import schedule
+from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.model import Catchup, Overlap
+from supervisor.planning import PlanLimits, plan_jobs
+from supervisor.store import Record, Store
+
+NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+WEEK = 7 * 24 * 3600
+FIELDS = {
+    "name",
+    "type",
+    "payload",
+    "cron",
+    "timezone",
+    "run_at",
+    "max_attempts",
+    "timeout_seconds",
+    "retry",
+    "catchup",
+    "catchup_window_seconds",
+    "overlap",
+    "paused",
+}
+DEFAULTS: dict[str, Any] = {
+    "payload": {},
+    "cron": None,
+    "run_at": None,
+    "timezone": "UTC",
+    "max_attempts": 3,
+    "timeout_seconds": None,
+    "retry_base_seconds": 10.0,
+    "retry_cap_seconds": 3600.0,
+    "catchup": Catchup.LATEST.value,
+    "catchup_window_seconds": 3600.0,
+    "overlap": Overlap.ALLOW.value,
+    "paused": False,
+}
+SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
+
+
+def _number(
+    errors: list[InvalidSpec], field: str, value: Any, lo: float, hi: float, integer: bool = False
+) -> Any:
+    kind = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors.append(InvalidSpec(field, f"must be {kind}, got {type(value).__name__}"))
+        return None
+    if integer and not (isinstance(value, int) or value.is_integer()):
+        errors.append(InvalidSpec(field, f"must be {kind}, got {value}"))
+        return None
+    if not lo <= value <= hi:
+        errors.append(InvalidSpec(field, f"must be between {lo:g} and {hi:g}, got {value}"))
+        return None
+    return int(value) if integer else float(value)
+
+
+def _choice(errors: list[InvalidSpec], field: str, value: Any, choices: list[str]) -> Any:
+    if value not in choices:
+        errors.append(InvalidSpec(field, f"must be one of {', '.join(choices)}, got {value!r}"))
+        return None
+    return value
+
+
+def validate_job(body: Any, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Request body -> complete job fields. With `base` (an existing job) it is a PATCH.
+
+    Raises InvalidSpecs listing every invalid field at once.
+    """
+    if not isinstance(body, dict):
+        raise InvalidSpecs([InvalidSpec("body", "must be a JSON object")])
+    errors: list[InvalidSpec] = []
+    for key in sorted(set(body) - FIELDS):
+        errors.append(InvalidSpec(key, "unknown field"))
+    out: dict[str, Any] = dict(DEFAULTS) if base is None else dict(base)
+    if base is None:
+        for required in ("name", "type"):
+            if required not in body:
+                errors.append(InvalidSpec(required, "is required"))
+
+    if "name" in body:
+        if not isinstance(body["name"], str) or not NAME.match(body["name"]):
+            errors.append(InvalidSpec("name", "must be 1-200 letters, digits or -_.:"))
+        out["name"] = body["name"]
+    if "type" in body:
+        if not isinstance(body["type"], str) or not TYPE.match(body["type"]):
+            errors.append(InvalidSpec("type", "must be 1-100 letters, digits or -_.:"))
+        out["type"] = body["type"]
+    if "payload" in body:
+        if not isinstance(body["payload"], dict):
+            errors.append(InvalidSpec("payload", "must be a JSON object"))
+        out["payload"] = body["payload"]
+    if "max_attempts" in body:
+        out["max_attempts"] = _number(errors, "max_attempts", body["max_attempts"], 1, 100, True)
+    if "timeout_seconds" in body:
+        t = body["timeout_seconds"]
+        out["timeout_seconds"] = None if t is None else _number(errors, "timeout_seconds", t, 1, WEEK)
+    if "retry" in body:
+        _validate_retry(errors, body["retry"], out)
+    if "catchup" in body:
+        out["catchup"] = _choice(errors, "catchup", body["catchup"], [c.value for c in Catchup])
+    if "catchup_window_seconds" in body:
+        out["catchup_window_seconds"] = _number(
+            errors, "catchup_window_seconds", body["catchup_window_seconds"], 0, 30 * 24 * 3600
+        )
+    if "overlap" in body:
+        out["overlap"] = _choice(errors, "overlap", body["overlap"], [o.value for o in Overlap])
+    if "paused" in body:
+        if not isinstance(body["paused"], bool):
+            errors.append(InvalidSpec("paused", "must be true or false"))
+        out["paused"] = body["paused"]
+    _validate_schedule(errors, body, out, patch=base is not None)
+    if errors:
+        raise InvalidSpecs(errors)
+    return out
+
+
+def _validate_retry(errors: list[InvalidSpec], retry: Any, out: dict[str, Any]) -> None:
+    if not isinstance(retry, dict):
+        errors.append(InvalidSpec("retry", "must be an object with base_seconds and cap_seconds"))
+        return
+    for key in sorted(set(retry) - {"base_seconds", "cap_seconds"}):
+        errors.append(InvalidSpec(f"retry.{key}", "unknown field"))
+    if "base_seconds" in retry:
+        out["retry_base_seconds"] = _number(errors, "retry.base_seconds", retry["base_seconds"], 0, 86400)
+    if "cap_seconds" in retry:
+        out["retry_cap_seconds"] = _number(errors, "retry.cap_seconds", retry["cap_seconds"], 0, WEEK)
+    base, cap = out["retry_base_seconds"], out["retry_cap_seconds"]
+    if base is not None and cap is not None and cap < base:
+        errors.append(InvalidSpec("retry.cap_seconds", f"must be at least base_seconds ({base:g})"))
+
+
+def _validate_schedule(
+    errors: list[InvalidSpec], body: dict[str, Any], out: dict[str, Any], *, patch: bool
+) -> None:
+    if "timezone" in body:
+        out["timezone"] = body["timezone"]
+        if not isinstance(body["timezone"], str):
+            errors.append(InvalidSpec("timezone", "must be an IANA time zone name"))
+            return
+        try:
+            schedule.load_zone(body["timezone"])
+        except InvalidSpec as exc:
+            errors.append(exc)
+            return
+    has_cron = body.get("cron") is not None
+    has_run_at = body.get("run_at") is not None
+    if has_cron and has_run_at:
+        errors.append(InvalidSpec("cron", "give exactly one of cron or run_at, not both"))
+        return
+    if has_cron:
+        out["cron"], out["run_at"] = body["cron"], None
+    elif has_run_at:
+        out["cron"], out["run_at"] = None, body["run_at"]
+    if (out["cron"] is None) == (out["run_at"] is None):
+        if not patch or has_cron or has_run_at or "cron" in body or "run_at" in body:
+            errors.append(InvalidSpec("cron", "give exactly one of cron or run_at"))
+        return
+    if out["cron"] is not None:
+        if not isinstance(out["cron"], str):
+            errors.append(InvalidSpec("cron", "must be a string"))
+            return
+        try:
+            schedule.parse_cron(out["cron"], out["timezone"], "cron")
+            out["cron"] = out["cron"].strip()
+        except InvalidSpec as exc:
+            errors.append(exc)
+    elif isinstance(out["run_at"], str):
+        try:
+            out["run_at"] = schedule.parse_instant(out["run_at"], "run_at")
+        except InvalidSpec as exc:
+            errors.append(exc)
+    elif not isinstance(out["run_at"], datetime):
+        errors.append(InvalidSpec("run_at", "must be an ISO-8601 instant with a UTC offset"))
+
+
+def job_fields(row: Record) -> dict[str, Any]:
+    """An existing job row as the fields validate_job merges a PATCH into."""
+    return {k: row[k] for k in DEFAULTS | {"name": None, "type": None}}
+
+
+# ---------------------------------------------------------------- operations
+
+
+async def create_job(store: Store, fields: dict[str, Any], limits: PlanLimits) -> Record:
+    try:
+        async with store.transaction() as tx:
+            row = await tx.insert_job(fields)
+            await _plan_now(tx, row["id"], limits)
+    except asyncpg.UniqueViolationError:
+        raise Conflict(f"name: a job named {fields['name']!r} already exists") from None
+    return row
+
+
+async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -> Record:
+    try:
+        async with store.transaction() as tx:
+            current = await tx.lock_job(job_id)
+            if current is None:
+                raise NotFound(f"job {job_id} not found")
+            fields = validate_job(body, job_fields(current))
+            row = await tx.update_job(job_id, fields)
+            assert row is not None
+            if any(current[k] != row[k] for k in SCHEDULE_FIELDS):
+                await tx.delete_unstarted_future_runs(job_id)
+                await tx.reset_job_plan(job_id)
+            await tx.sync_unstarted_runs(
+                job_id, row["type"], row["overlap"] != Overlap.ALLOW, row["max_attempts"]
+            )
+            if not row["paused"]:
+                await _plan_now(tx, job_id, limits)
+    except asyncpg.UniqueViolationError:
+        raise Conflict(f"name: a job named {body.get('name')!r} already exists") from None
+    return row
+
+
+async def _plan_now(tx: Store, job_id: int, limits: PlanLimits) -> None:
+    job = await tx.lock_job(job_id)
+    assert job is not None
+    if job["paused"]:
+        return
+    if await plan_jobs(tx, [job], await tx.now(), limits):
+        await tx.notify_wake()
+
+
+async def delete_job(store: Store, job_id: int) -> int:
+    """Soft-delete: unstarted runs are cancelled; history stays. Returns runs cancelled."""
+    async with store.transaction() as tx:
+        if await tx.soft_delete_job(job_id) is None:
+            raise NotFound(f"job {job_id} not found")
+        return await tx.cancel_unstarted_runs(job_id, "job deleted")
+
+
+async def set_paused(store: Store, job_id: int, paused: bool, limits: PlanLimits) -> Record:
+    """Pause stops planning and claiming; resume plans at once (catch-up policy applies)."""
+    async with store.transaction() as tx:
+        row = await tx.set_job_paused(job_id, paused)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        if not paused:
+            await _plan_now(tx, job_id, limits)
+            await tx.notify_wake()
+    return row
