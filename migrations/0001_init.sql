@@ -117,9 +117,12 @@ CREATE TABLE workers (
     pid           integer NOT NULL,
     types         text[] NOT NULL,
     concurrency   integer NOT NULL,
+    lease_ttl     double precision NOT NULL,  -- it heartbeats every lease_ttl/3
     version       text NOT NULL,
     running       integer NOT NULL DEFAULT 0,
     started_at    timestamptz NOT NULL DEFAULT now(),
     last_seen_at  timestamptz NOT NULL DEFAULT now(),
     stopped_at    timestamptz
 );
+-- A worker is live while it heartbeats: stopped_at IS NULL AND last_seen_at > now() - 2 * lease_ttl.
+CREATE INDEX workers_last_seen ON workers (last_seen_at);

@@ -139,7 +139,13 @@ class Supervisor:
         cfg = self.cfg
         types = self.registry.types
         await store.upsert_worker(
-            self.owner, socket.gethostname(), os.getpid(), types, cfg.effective_concurrency, __version__
+            self.owner,
+            socket.gethostname(),
+            os.getpid(),
+            types,
+            cfg.effective_concurrency,
+            __version__,
+            cfg.lease_ttl,
         )
         log_event(
             log,

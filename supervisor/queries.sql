@@ -284,10 +284,11 @@ SELECT id, job_id, attempts, status::text AS status, lease_owner FROM reaped;
 -- ---------------------------------------------------------------- workers
 
 -- name: upsert_worker
-INSERT INTO workers (id, host, pid, types, concurrency, version)
-VALUES ($1::text, $2::text, $3::int, $4::text[], $5::int, $6::text)
+INSERT INTO workers (id, host, pid, types, concurrency, version, lease_ttl)
+VALUES ($1::text, $2::text, $3::int, $4::text[], $5::int, $6::text, $7::float8)
 ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
     types = EXCLUDED.types, concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
+    lease_ttl = EXCLUDED.lease_ttl,
     started_at = now(), last_seen_at = now(), stopped_at = NULL, running = 0;
 
 -- name: touch_worker

@@ -241,9 +241,18 @@ class Store:
     # ------------------------------------------------------------ workers
 
     async def upsert_worker(
-        self, worker_id: str, host: str, pid: int, types: list[str], concurrency: int, version: str
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        types: list[str],
+        concurrency: int,
+        version: str,
+        lease_ttl: float,
     ) -> None:
-        await self._execute("upsert_worker", worker_id, host, pid, types, concurrency, version)
+        await self._execute(
+            "upsert_worker", worker_id, host, pid, types, concurrency, version, lease_ttl
+        )
 
     async def touch_worker(self, worker_id: str, running: int) -> None:
         await self._execute("touch_worker", worker_id, running)
