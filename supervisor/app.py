@@ -9,6 +9,7 @@ mark the worker stopped -> close the pool. A second signal cuts the drain short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -16,23 +17,28 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 
 from supervisor import __version__
 from supervisor.claimer import Claimer
-from supervisor.config import Config
+from supervisor.config import Config, parse_listen
 from supervisor.errors import SchemaMismatch
 from supervisor.executor import Executor
 from supervisor.heartbeater import Heartbeater
+from supervisor.httpd import health_routes, start_side_door
 from supervisor.keeper import Keeper
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS, Loop
+from supervisor.metrics import Metrics
 from supervisor.planner import Planner
 from supervisor.planning import PlanLimits
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
+from supervisor.sdnotify import Notifier
 from supervisor.store import WAKE_CHANNEL, Store, create_pool, migrate, pending_migrations
 
 log = logging.getLogger("punchclock.supervisor")
@@ -122,20 +128,95 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        cfg = self.cfg
         pool = await self._connect()
         store = Store(pool)
         try:
             await self._prepare_schema(pool)
             keeper = await Keeper.start(uuid.uuid4().hex)
             try:
-                return await self._serve(store, keeper)
+                return await self._serve(store, keeper, pool)
             finally:
                 await keeper.close()
         finally:
             await pool.close()
 
-    async def _serve(self, store: Store, keeper: Keeper) -> int:
+    def _build(self, store: Store, keeper: Keeper, metrics: Metrics) -> Services:
+        cfg = self.cfg
+        m = metrics
+        claimer: Claimer
+        executor = Executor(
+            store,
+            self.registry,
+            owner=self.owner,
+            concurrency=cfg.effective_concurrency,
+            lease_ttl=cfg.lease_ttl,
+            kill_grace=cfg.kill_grace,
+            output_limit=cfg.output_limit,
+            keeper=keeper,
+            on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
+            on_event=lambda event, data: _record_event(m, event, data),
+        )
+        claimer = Claimer(
+            store,
+            owner=self.owner,
+            types=self.registry.types,
+            free_slots=lambda: executor.free_slots,
+            start=executor.start,
+            lease_ttl=cfg.lease_ttl,
+            misfire_grace=cfg.misfire_grace,
+            poll_interval=cfg.poll_interval,
+            on_skipped=lambda rows: _record_skipped(m, rows),
+        )
+
+        def planned(inserted: int, seconds: float) -> None:
+            m.planned.add(inserted)
+            m.plan_tick.record(seconds)
+
+        planner = Planner(
+            store,
+            PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
+            on_planned=planned,
+        )
+        reaper = Reaper(
+            store,
+            interval=max(0.2, cfg.lease_ttl / 4),
+            on_reaped=lambda rows: _record_reaped(m, rows),
+        )
+
+        def renewed(leases: list[tuple[int, int]], ok: set[int], sent_at: float) -> None:
+            m.lease_renewals.add(len(ok))
+            executor.renewed(leases, ok, sent_at)
+
+        heartbeater = Heartbeater(
+            store,
+            owner=self.owner,
+            lease_ttl=cfg.lease_ttl,
+            leases=executor.leases,
+            renewed=renewed,
+            running=lambda: len(executor.inflight),
+        )
+        fence = FenceWatch(executor.fence_check, min(0.5, cfg.lease_ttl / 20))
+        listener = Listener(cfg.database_url, claimer.wake)
+        loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence]
+        m.gauge(
+            "punchclock_running_children",
+            "Children running now",
+            lambda: [(len(executor.inflight), {})],
+        )
+        m.gauge("punchclock_free_slots", "Free run slots", lambda: [(executor.free_slots, {})])
+        m.gauge(
+            "punchclock_service_db_errors",
+            "Database errors seen by each service since start",
+            lambda: [(s.errors, {"service": s.name}) for s in loops],
+        )
+        m.gauge(
+            "punchclock_late_results_rejected",
+            "Results dropped because the lease was gone, since start",
+            lambda: [(executor.counters.late_results, {})],
+        )
+        return Services(executor, claimer, planner, reaper, heartbeater, fence, listener)
+
+    async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
         cfg = self.cfg
         types = self.registry.types
         await store.upsert_worker(
@@ -156,63 +237,49 @@ class Supervisor:
             lease_ttl=cfg.lease_ttl,
         )
         for r in self.registry.rejected:
-            log_event(log, "handler_rejected", level=logging.WARNING, source=r.source, type=r.type, reason=r.reason)
-        claimer: Claimer
-        executor = Executor(
-            store,
-            self.registry,
-            owner=self.owner,
-            concurrency=cfg.effective_concurrency,
-            lease_ttl=cfg.lease_ttl,
-            kill_grace=cfg.kill_grace,
-            output_limit=cfg.output_limit,
-            keeper=keeper,
-            on_slot_free=lambda: claimer.wake(),
-        )
-        claimer = Claimer(
-            store,
-            owner=self.owner,
-            types=types,
-            free_slots=lambda: executor.free_slots,
-            start=executor.start,
-            lease_ttl=cfg.lease_ttl,
-            misfire_grace=cfg.misfire_grace,
-            poll_interval=cfg.poll_interval,
-        )
-        planner = Planner(
-            store,
-            PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
-        )
-        reaper = Reaper(store, interval=max(0.2, cfg.lease_ttl / 4))
-        heartbeater = Heartbeater(
-            store,
-            owner=self.owner,
-            lease_ttl=cfg.lease_ttl,
-            leases=executor.leases,
-            renewed=executor.renewed,
-            running=lambda: len(executor.inflight),
-        )
-        fence = FenceWatch(executor.fence_check, min(0.5, cfg.lease_ttl / 20))
-        listener = Listener(cfg.database_url, claimer.wake)
+            log_event(
+                log,
+                "handler_rejected",
+                level=logging.WARNING,
+                source=r.source,
+                type=r.type,
+                reason=r.reason,
+            )
+        if not types:
+            log_event(log, "no_handlers", level=logging.WARNING, detail="this host claims nothing")
+        metrics = Metrics("supervisor")
+        sv = self._build(store, keeper, metrics)
+        self.executor = sv.executor
+        side_door = None
+        if cfg.metrics_listen:
+            host, port = parse_listen(cfg.metrics_listen)
+            routes = health_routes(pool, cfg.ready_max_lag, metrics)
+            side_door = await start_side_door(host, port, routes)
+        notifier = Notifier()
+        notifier.ready(f"supervising {', '.join(types) or 'nothing'}")
         completer_stop = asyncio.Event()
-        self.executor = executor
+        intake_loops: list[Loop] = [sv.planner, sv.claimer, sv.reaper, sv.listener]
+        upkeep_loops: list[Loop] = [sv.heartbeater, sv.fence]
         try:
             async with asyncio.TaskGroup() as tg:
-                intake = [tg.create_task(s.run()) for s in (planner, claimer, reaper, listener)]
-                upkeep = [tg.create_task(s.run()) for s in (heartbeater, fence)]
-                completer = tg.create_task(executor.run_completer(completer_stop))
+                intake = [tg.create_task(s.run()) for s in intake_loops]
+                upkeep = [tg.create_task(s.run()) for s in upkeep_loops]
+                completer = tg.create_task(sv.executor.run_completer(completer_stop))
+                watchdog = tg.create_task(self._watchdog(notifier, sv.executor))
                 await self.stopping.wait()
-                for s in (planner, claimer, reaper, listener):
+                notifier.stopping()
+                for s in intake_loops:
                     s.stop()
                 await asyncio.gather(*intake)
                 started = time.monotonic()
-                drained = await executor.drain(cfg.drain_timeout, self.hurry)
-                released = 0 if drained else await executor.interrupt_all()
+                drained = await sv.executor.drain(cfg.drain_timeout, self.hurry)
+                released = 0 if drained else await sv.executor.interrupt_all()
                 completer_stop.set()
                 await completer
-                for s in (heartbeater, fence):
+                for s in upkeep_loops:
                     s.stop()
                 await asyncio.gather(*upkeep)
+                watchdog.cancel()
                 log_event(
                     log,
                     "supervisor_drained",
@@ -221,12 +288,71 @@ class Supervisor:
                     seconds=round(time.monotonic() - started, 3),
                 )
         finally:
-            await listener.close()
-            for entry in list(executor.inflight.values()):  # crash path: no orphans
+            await sv.listener.close()
+            for entry in list(sv.executor.inflight.values()):  # crash path: no orphans
                 if entry.child is not None:
                     await entry.child.kill("supervisor crashed", 0)
-        try:
+            if side_door is not None:
+                await side_door.cleanup()
+            notifier.close()
+            metrics.shutdown()
+        with contextlib.suppress(*DB_ERRORS):
             await store.stop_worker(self.owner)
-        except DB_ERRORS:
-            pass
         return 0
+
+    async def _watchdog(self, notifier: Notifier, executor: Executor) -> None:
+        """WATCHDOG=1 from the event loop itself: a stuck loop stops the pings."""
+        interval = notifier.watchdog_interval or 5.0
+        while True:
+            notifier.watchdog()
+            notifier.status(f"running {len(executor.inflight)}/{executor.concurrency}")
+            await asyncio.sleep(interval)
+
+
+@dataclass
+class Services:
+    executor: Executor
+    claimer: Claimer
+    planner: Planner
+    reaper: Reaper
+    heartbeater: Heartbeater
+    fence: FenceWatch
+    listener: Listener
+
+
+_OUTCOME_OF_EVENT = {
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "timed_out": "timed_out",
+    "late_result_rejected": "rejected_late",
+    "interrupted": "interrupted",
+}
+
+
+def _record_event(m: Metrics, event: str, data: dict[str, Any]) -> None:
+    attrs = {"job": data["job_name"], "type": data["type"]}
+    if event == "started" and data.get("queue_delay") is not None:
+        m.queue_delay.record(max(0.0, data["queue_delay"]), {"type": data["type"]})
+    elif event in _OUTCOME_OF_EVENT:
+        outcome = data.get("outcome") if event == "failed" else None
+        m.attempts.add(1, {**attrs, "outcome": outcome or _OUTCOME_OF_EVENT[event]})
+        if data.get("duration") is not None:
+            m.run_duration.record(data["duration"], {"type": data["type"]})
+    elif event == "dead":
+        m.runs_dead.add(1, attrs)
+    elif event == "self_fenced":
+        m.self_fenced.add(1)
+
+
+def _record_skipped(m: Metrics, rows: list[Any]) -> None:
+    for r in rows:
+        m.runs_skipped.add(1, {"reason": r["reason"]})
+
+
+def _record_reaped(m: Metrics, rows: list[Any]) -> None:
+    for r in rows:
+        m.reaped.add(1)
+        attrs = {"job": r.get("job_name") or str(r["job_id"]), "type": r.get("type") or ""}
+        m.attempts.add(1, {**attrs, "outcome": "lease_lost"})
+        if r["status"] == "dead":
+            m.runs_dead.add(1, attrs)

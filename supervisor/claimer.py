@@ -63,7 +63,9 @@ class Claimer(Loop):
         del self.claim_seconds[:-1000]
         if skipped:
             for r in skipped:
-                log_event(self.log, "run_skipped", run_id=r["id"], job_id=r["job_id"], reason=r["reason"])
+                log_event(
+                    self.log, "run_skipped", run_id=r["id"], job_id=r["job_id"], reason=r["reason"]
+                )
             if self.on_skipped:
                 self.on_skipped(skipped)
         for row in rows:

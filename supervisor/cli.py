@@ -148,7 +148,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(settings_table())
         return EXIT_OK
     cfg = _config(args)
-    problems = [f"handler {r.type} ({r.source}): {r.reason}" for r in load_registry(cfg.handlers).rejected]
+    problems = [
+        f"handler {r.type} ({r.source}): {r.reason}" for r in load_registry(cfg.handlers).rejected
+    ]
     if cfg.database_url:
         problems += _check_database(cfg.database_url)
     for p in problems:
@@ -180,14 +182,18 @@ def _check_database(dsn: str) -> list[str]:
 
 
 def _common(p: argparse.ArgumentParser, *, db: bool = True) -> None:
-    p.add_argument("--config", type=Path, help="TOML config file (default /etc/punchclock/punchclock.toml)")
+    p.add_argument(
+        "--config", type=Path, help="TOML config file (default /etc/punchclock/punchclock.toml)"
+    )
     if db:
         p.add_argument("--database-url", help="PostgreSQL DSN [PUNCHCLOCK_DATABASE_URL]")
     p.add_argument("--log-level", help="debug, info, warning, error [PUNCHCLOCK_LOG_LEVEL]")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="punchclock", description="Distributed job scheduler on PostgreSQL.")
+    parser = argparse.ArgumentParser(
+        prog="punchclock", description="Distributed job scheduler on PostgreSQL."
+    )
     parser.add_argument("--version", action="version", version=f"punchclock {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -197,13 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("supervise", help="run this host's supervisor")
     _common(p)
-    p.add_argument("--handlers", action="append", help="handler TOML file or directory (repeatable)")
+    p.add_argument(
+        "--handlers", action="append", help="handler TOML file or directory (repeatable)"
+    )
     p.add_argument("--concurrency", type=int, help="children at once [PUNCHCLOCK_CONCURRENCY]")
     p.add_argument("--worker-id", help="worker id (default host:pid) [PUNCHCLOCK_WORKER_ID]")
     p.add_argument("--lease-ttl", type=float, help="lease seconds [PUNCHCLOCK_LEASE_TTL]")
-    p.add_argument("--drain-timeout", type=float, help="shutdown drain seconds [PUNCHCLOCK_DRAIN_TIMEOUT]")
-    p.add_argument("--kill-grace", type=float, help="SIGTERM to SIGKILL seconds [PUNCHCLOCK_KILL_GRACE]")
-    p.add_argument("--poll-interval", type=float, help="fallback poll seconds [PUNCHCLOCK_POLL_INTERVAL]")
+    p.add_argument(
+        "--drain-timeout", type=float, help="shutdown drain seconds [PUNCHCLOCK_DRAIN_TIMEOUT]"
+    )
+    p.add_argument(
+        "--kill-grace", type=float, help="SIGTERM to SIGKILL seconds [PUNCHCLOCK_KILL_GRACE]"
+    )
+    p.add_argument(
+        "--poll-interval", type=float, help="fallback poll seconds [PUNCHCLOCK_POLL_INTERVAL]"
+    )
     p.add_argument("--misfire-grace", type=float, help="seconds before a late run is missed")
     p.add_argument("--metrics-listen", help="HOST:PORT for metrics [PUNCHCLOCK_METRICS_LISTEN]")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")

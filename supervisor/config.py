@@ -116,7 +116,9 @@ def _validate(cfg: Config) -> None:
     for tok in cfg.api_tokens:
         role, _, secret = tok.partition(":")
         if role not in {"read", "admin"} or len(secret) < 16:
-            problems.append("api_tokens: each entry is read:TOKEN or admin:TOKEN, TOKEN >= 16 chars")
+            problems.append(
+                "api_tokens: each entry is read:TOKEN or admin:TOKEN, TOKEN >= 16 chars"
+            )
             break
     for name in ("metrics_listen", "api_listen"):
         value = getattr(cfg, name)

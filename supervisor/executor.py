@@ -10,6 +10,7 @@ it is still ours (recorded) or late (dropped and counted).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -161,7 +162,7 @@ class Executor:
                 return
             completion, status = self._completion(entry, row, result)
             recorded = await self._complete(completion, entry)
-            self._finished(entry, row, result, status, recorded)
+            self._finished(entry, result, status, completion[4], recorded)
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
         finally:
@@ -196,14 +197,18 @@ class Executor:
             output_limit=self.output_limit,
         )
         entry.child = await Child.spawn(spec, self.keeper)
-        self._event("started", entry, pid=entry.child.pid, scheduled_at=_iso(row["scheduled_at"]))
+        self._event(
+            "started",
+            entry,
+            pid=entry.child.pid,
+            scheduled_at=_iso(row["scheduled_at"]),
+            queue_delay=round((row["started_at"] - row["scheduled_at"]).total_seconds(), 4),
+        )
         if entry.lost or entry.fenced or entry.released:  # while spawning
             await entry.child.kill("lease lost", 0)
         return await entry.child.wait()
 
-    def _completion(
-        self, entry: InFlight, row: Any, result: ChildResult
-    ) -> tuple[Completion, str]:
+    def _completion(self, entry: InFlight, row: Any, result: ChildResult) -> tuple[Completion, str]:
         outcome = result.outcome
         if entry.lost or entry.fenced:
             outcome = "lease_lost"
@@ -239,7 +244,12 @@ class Executor:
         return completion, status
 
     def _finished(
-        self, entry: InFlight, row: Any, result: ChildResult, status: str, recorded: bool
+        self,
+        entry: InFlight,
+        result: ChildResult,
+        status: str,
+        completion_outcome: str,
+        recorded: bool,
     ) -> None:
         duration = round(result.duration, 3)
         if not recorded:
@@ -251,7 +261,12 @@ class Executor:
             self._event("succeeded", entry, duration=duration)
             return
         self.counters.failed += 1
-        fields = {"error": result.error, "exit_code": result.exit_code, "duration": duration}
+        fields = {
+            "error": result.error,
+            "exit_code": result.exit_code,
+            "duration": duration,
+            "outcome": completion_outcome,
+        }
         self._event("timed_out" if result.outcome == "timed_out" else "failed", entry, **fields)
         if status == "dead":
             self.counters.dead += 1
@@ -285,7 +300,9 @@ class Executor:
             try:
                 rows = await self.store.complete_runs([c for c, _, _ in batch], self.owner)
             except DB_ERRORS as exc:
-                log_event(log, "db_error", level=logging.WARNING, service="completer", error=repr(exc))
+                log_event(
+                    log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
+                )
                 await asyncio.sleep(backoff)  # retry pacing, not synchronisation
                 backoff = min(backoff * 2, 2.0)
                 continue
@@ -300,16 +317,14 @@ class Executor:
                     fut.set_result(completion[0] in recorded)
 
     async def _notify_quietly(self) -> None:
-        try:
+        with contextlib.suppress(*DB_ERRORS):
             await self.store.notify_wake()
-        except DB_ERRORS:
-            pass
 
     # ------------------------------------------------------------ shutdown
 
-    async def drain(self, timeout: float, hurry: asyncio.Event | None = None) -> bool:
-        """Wait for in-flight runs to finish; True if all did within `timeout`."""
-        deadline = time.monotonic() + timeout
+    async def drain(self, within: float, hurry: asyncio.Event | None = None) -> bool:
+        """Wait for in-flight runs to finish; True if all did within `within` seconds."""
+        deadline = time.monotonic() + within
         while self.inflight:
             if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
                 return False
@@ -349,7 +364,11 @@ class Executor:
             "worker_id": self.owner,
             **fields,
         }
-        level = logging.INFO if event in ("started", "succeeded", "retry_scheduled") else logging.WARNING
+        level = (
+            logging.INFO
+            if event in ("started", "succeeded", "retry_scheduled")
+            else logging.WARNING
+        )
         log_event(log, f"run_{event}", level=level, **data)
         if self.on_event:
             self.on_event(event, data)

@@ -109,7 +109,9 @@ def validate_job(body: Any, base: dict[str, Any] | None = None) -> dict[str, Any
         out["max_attempts"] = _number(errors, "max_attempts", body["max_attempts"], 1, 100, True)
     if "timeout_seconds" in body:
         t = body["timeout_seconds"]
-        out["timeout_seconds"] = None if t is None else _number(errors, "timeout_seconds", t, 1, WEEK)
+        out["timeout_seconds"] = (
+            None if t is None else _number(errors, "timeout_seconds", t, 1, WEEK)
+        )
     if "retry" in body:
         _validate_retry(errors, body["retry"], out)
     if "catchup" in body:
@@ -137,9 +139,13 @@ def _validate_retry(errors: list[InvalidSpec], retry: Any, out: dict[str, Any]) 
     for key in sorted(set(retry) - {"base_seconds", "cap_seconds"}):
         errors.append(InvalidSpec(f"retry.{key}", "unknown field"))
     if "base_seconds" in retry:
-        out["retry_base_seconds"] = _number(errors, "retry.base_seconds", retry["base_seconds"], 0, 86400)
+        out["retry_base_seconds"] = _number(
+            errors, "retry.base_seconds", retry["base_seconds"], 0, 86400
+        )
     if "cap_seconds" in retry:
-        out["retry_cap_seconds"] = _number(errors, "retry.cap_seconds", retry["cap_seconds"], 0, WEEK)
+        out["retry_cap_seconds"] = _number(
+            errors, "retry.cap_seconds", retry["cap_seconds"], 0, WEEK
+        )
     base, cap = out["retry_base_seconds"], out["retry_cap_seconds"]
     if base is not None and cap is not None and cap < base:
         errors.append(InvalidSpec("retry.cap_seconds", f"must be at least base_seconds ({base:g})"))

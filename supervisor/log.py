@@ -15,7 +15,9 @@ from typing import Any, TextIO
 _FIELDS = "punchclock_fields"
 
 
-def log_event(logger: logging.Logger, event: str, *, level: int = logging.INFO, **fields: Any) -> None:
+def log_event(
+    logger: logging.Logger, event: str, *, level: int = logging.INFO, **fields: Any
+) -> None:
     if logger.isEnabledFor(level):
         logger.log(level, event, extra={_FIELDS: fields})
 
@@ -45,7 +47,9 @@ class TextFormatter(logging.Formatter):
         return text
 
 
-def setup_logging(level: str = "info", stream: TextIO | None = None, json_lines: bool | None = None) -> None:
+def setup_logging(
+    level: str = "info", stream: TextIO | None = None, json_lines: bool | None = None
+) -> None:
     stream = stream or sys.stderr
     if json_lines is None:
         json_lines = not stream.isatty()

@@ -1,4 +1,4 @@
-"""A small base for background services: `run_once()` on an interval with jitter, `wake()`, `stop()`.
+"""A small base for background services: `run_once()` on an interval, `wake()`, `stop()`.
 
 A loop stops between iterations (an event), so a transaction is never cut in half; task
 cancellation is the crash path only. Database errors are logged and retried with backoff:

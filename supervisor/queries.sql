@@ -281,6 +281,56 @@ WITH expired AS (
 )
 SELECT id, job_id, attempts, status::text AS status, lease_owner FROM reaped;
 
+-- ---------------------------------------------------------------- observability
+
+-- name: late_runs
+-- Due runs that waited longer than $1 seconds, oldest first, and whether any live worker
+-- offers their type (runs_claimable index).
+SELECT r.id, r.job_id, j.name AS job_name, r.type, r.run_after, r.scheduled_at,
+       EXTRACT(EPOCH FROM (now() - r.run_after))::float8 AS late_seconds,
+       EXISTS (SELECT 1 FROM workers w
+               WHERE w.stopped_at IS NULL
+                 AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)
+                 AND r.type = ANY(w.types)) AS offered
+FROM runs r JOIN jobs j ON j.id = r.job_id
+WHERE r.status IN ('scheduled', 'failed')
+  AND r.run_after < now() - make_interval(secs => $1::float8)
+  AND NOT j.paused AND j.deleted_at IS NULL
+ORDER BY r.run_after
+LIMIT $2::int;
+
+-- name: database_gauges
+-- One round trip for the API's database-wide gauges.
+SELECT
+    (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
+       FROM (SELECT status::text, count(*) AS n FROM runs GROUP BY status) s) AS runs_by_status,
+    (SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
+      WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
+        AND NOT j.paused AND j.deleted_at IS NULL) AS due_waiting,
+    (SELECT coalesce(EXTRACT(EPOCH FROM (now() - min(r.run_after))), 0)::float8
+       FROM runs r JOIN jobs j ON j.id = r.job_id
+      WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
+        AND NOT j.paused AND j.deleted_at IS NULL) AS oldest_due_age,
+    (SELECT count(*) FROM workers w WHERE w.stopped_at IS NULL
+        AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)) AS live_workers,
+    (SELECT count(*) FROM jobs j WHERE NOT j.paused AND j.deleted_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.stopped_at IS NULL
+            AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)
+            AND j.type = ANY(w.types))) AS unserved_jobs,
+    (SELECT count(*) FROM jobs WHERE NOT paused AND deleted_at IS NULL
+        AND plan_after <= now() - interval '1 minute') AS jobs_behind;
+
+-- name: last_success_ages
+-- Seconds since each active job's last success (NULL: never succeeded yet).
+-- Walks runs_job_history newest first: past the planned runs to the latest success.
+SELECT j.name,
+       EXTRACT(EPOCH FROM (now() - (SELECT r.finished_at FROM runs r
+                                    WHERE r.job_id = j.id AND r.status = 'succeeded'
+                                    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1)))::float8
+           AS age
+FROM jobs j WHERE NOT j.paused AND j.deleted_at IS NULL
+ORDER BY j.id LIMIT $1::int;
+
 -- ---------------------------------------------------------------- workers
 
 -- name: upsert_worker

@@ -16,10 +16,12 @@ from importlib import resources
 from typing import Any, cast
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from supervisor.errors import SchemaMismatch
 
 Record = asyncpg.Record
+Conn = asyncpg.Connection | PoolConnectionProxy
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 MIGRATION_LOCK_KEY = 0x70756E6368  # "punch": one advisory lock for all migrators
@@ -66,12 +68,12 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
 class Store:
     """Named queries over a pool or a connection."""
 
-    def __init__(self, executor: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, executor: asyncpg.Pool | Conn) -> None:
         self._ex = executor
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Store]:
-        if isinstance(self._ex, asyncpg.Connection):
+        if not isinstance(self._ex, asyncpg.Pool):
             async with self._ex.transaction():
                 yield Store(self._ex)
             return
@@ -79,16 +81,16 @@ class Store:
             yield Store(conn)
 
     async def _fetch(self, name: str, *args: Any) -> list[Record]:
-        return cast(list[Record], await self._ex.fetch(QUERIES[name], *args))
+        return await self._ex.fetch(QUERIES[name], *args)
 
     async def _fetchrow(self, name: str, *args: Any) -> Record | None:
-        return cast(Record | None, await self._ex.fetchrow(QUERIES[name], *args))
+        return await self._ex.fetchrow(QUERIES[name], *args)
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
         return await self._ex.fetchval(QUERIES[name], *args)
 
     async def _execute(self, name: str, *args: Any) -> str:
-        return cast(str, await self._ex.execute(QUERIES[name], *args))
+        return await self._ex.execute(QUERIES[name], *args)
 
     # ------------------------------------------------------------ misc
 
@@ -238,6 +240,19 @@ class Store:
     async def reap_expired(self, limit: int) -> list[Record]:
         return await self._fetch("reap_expired", limit)
 
+    # ------------------------------------------------------------ observability
+
+    async def late_runs(self, older_than: float, limit: int) -> list[Record]:
+        return await self._fetch("late_runs", older_than, limit)
+
+    async def database_gauges(self) -> Record:
+        row = await self._fetchrow("database_gauges")
+        assert row is not None
+        return row
+
+    async def last_success_ages(self, limit: int) -> list[Record]:
+        return await self._fetch("last_success_ages", limit)
+
     # ------------------------------------------------------------ workers
 
     async def upsert_worker(
@@ -302,7 +317,7 @@ def _checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
-async def migrate(conn: asyncpg.Connection) -> list[str]:
+async def migrate(conn: Conn) -> list[str]:
     """Apply pending migrations in order; returns the names applied.
 
     Many hosts may start at once: a session advisory lock serialises them, and each file
@@ -353,7 +368,7 @@ def _check_compatible(known: list[tuple[str, str]], applied: dict[str, str]) -> 
         raise SchemaMismatch(f"migration files changed after they were applied: {changed}")
 
 
-async def pending_migrations(conn: asyncpg.Connection) -> list[str]:
+async def pending_migrations(conn: Conn) -> list[str]:
     """Names not yet applied; raises SchemaMismatch like migrate() would."""
     known = bundled_migrations()
     exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")

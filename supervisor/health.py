@@ -1,0 +1,66 @@
+"""Liveness and readiness, shared by the API and the supervisor's metrics port.
+
+Ready means: the database answers, its schema is what this build expects, and no due run
+has waited longer than the threshold (else the answer names the oldest late runs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from supervisor.errors import SchemaMismatch
+from supervisor.loop import DB_ERRORS
+from supervisor.metrics import DatabaseSnapshot
+from supervisor.store import Store, pending_migrations
+
+
+async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:
+    try:
+        async with pool.acquire(timeout=5) as conn:
+            pending = await pending_migrations(conn)
+            late = await Store(conn).late_runs(max_lag, 10)
+    except SchemaMismatch as exc:
+        return False, {"status": "unready", "reason": "schema", "detail": str(exc)}
+    except DB_ERRORS as exc:
+        return False, {"status": "unready", "reason": "database", "detail": repr(exc)}
+    if pending:
+        return False, {
+            "status": "unready",
+            "reason": "migrations",
+            "detail": f"pending migrations: {', '.join(pending)}",
+        }
+    if late:
+        return False, {
+            "status": "unready",
+            "reason": "late_runs",
+            "detail": f"{len(late)}+ due run(s) waited longer than {max_lag:g}s",
+            "late_runs": [
+                {
+                    "run_id": r["id"],
+                    "job_id": r["job_id"],
+                    "job_name": r["job_name"],
+                    "type": r["type"],
+                    "due_at": r["run_after"].isoformat(),
+                    "late_seconds": round(r["late_seconds"], 3),
+                    "type_offered_by_live_worker": r["offered"],
+                }
+                for r in late
+            ],
+        }
+    return True, {"status": "ready"}
+
+
+async def database_snapshot(store: Store, max_jobs: int = 1000) -> DatabaseSnapshot:
+    row = await store.database_gauges()
+    ages = await store.last_success_ages(max_jobs)
+    return DatabaseSnapshot(
+        runs_by_status=dict(row["runs_by_status"]),
+        due_waiting=row["due_waiting"],
+        oldest_due_age=row["oldest_due_age"],
+        live_workers=row["live_workers"],
+        unserved_jobs=row["unserved_jobs"],
+        jobs_behind=row["jobs_behind"],
+        last_success_age={r["name"]: r["age"] for r in ages if r["age"] is not None},
+    )

@@ -1,0 +1,157 @@
+"""OpenTelemetry metrics with a Prometheus reader; the only importer of opentelemetry.
+
+Each process owns one `Metrics` (its own registry, so tests can hold several). Supervisors
+export per-process instruments; database-wide gauges are exported by the API only (one
+`DatabaseGauges` snapshot refreshed per scrape), so several supervisors never multiply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, generate_latest
+
+# From a millisecond to four hours: lateness of a 02:00 job is seen at both ends.
+DELAY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+    300, 900, 1800, 3600, 14400,
+)  # fmt: skip
+DURATION_BUCKETS = (
+    0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400,
+)  # fmt: skip
+FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class DatabaseSnapshot:
+    """Database-wide values, refreshed by the API right before each scrape."""
+
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    due_waiting: int = 0
+    oldest_due_age: float = 0.0
+    live_workers: int = 0
+    unserved_jobs: int = 0
+    jobs_behind: int = 0
+    last_success_age: dict[str, float] = field(default_factory=dict)
+
+
+class Metrics:
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry()
+        reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        views = [
+            View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(b))
+            for name, b in (
+                ("punchclock_queue_delay", DELAY_BUCKETS),
+                ("punchclock_run_duration", DURATION_BUCKETS),
+                ("punchclock_claim_latency", FAST_BUCKETS),
+                ("punchclock_plan_tick_duration", FAST_BUCKETS),
+            )
+        ]
+        self.provider = MeterProvider(
+            metric_readers=[reader],
+            views=views,
+            resource=Resource.create({"service.name": f"punchclock-{service}"}),
+        )
+        m = self.provider.get_meter("punchclock")
+        self.attempts = m.create_counter(
+            "punchclock_attempts",
+            unit="1",
+            description="Finished attempts by job, type and outcome",
+        )
+        self.runs_dead = m.create_counter(
+            "punchclock_runs_dead", unit="1", description="Runs that became dead"
+        )
+        self.runs_skipped = m.create_counter(
+            "punchclock_runs_skipped", unit="1", description="Runs skipped, by reason"
+        )
+        self.queue_delay = m.create_histogram(
+            "punchclock_queue_delay", unit="s", description="Start time minus scheduled time"
+        )
+        self.run_duration = m.create_histogram(
+            "punchclock_run_duration", unit="s", description="Attempt duration by type"
+        )
+        self.lease_renewals = m.create_counter(
+            "punchclock_lease_renewals", unit="1", description="Lease renewals that succeeded"
+        )
+        self.lease_renewal_failures = m.create_counter(
+            "punchclock_lease_renewal_failures", unit="1", description="Renewal rounds that failed"
+        )
+        self.self_fenced = m.create_counter(
+            "punchclock_self_fenced_kills", unit="1", description="Children killed by self-fencing"
+        )
+        self.reaped = m.create_counter(
+            "punchclock_runs_reaped", unit="1", description="Runs reaped after their lease expired"
+        )
+        self.planned = m.create_counter(
+            "punchclock_runs_planned", unit="1", description="Run rows inserted by the planner"
+        )
+        self.plan_tick = m.create_histogram(
+            "punchclock_plan_tick_duration", unit="s", description="Planner batch duration"
+        )
+        self.claim_latency = m.create_histogram(
+            "punchclock_claim_latency", unit="s", description="Claim transaction round trip"
+        )
+        self.db_errors = m.create_counter(
+            "punchclock_db_errors", unit="1", description="Database errors by service"
+        )
+        self._gauges: dict[str, Any] = {}
+        self._meter = m
+        self.snapshot = DatabaseSnapshot()
+
+    def gauge(self, name: str, description: str, read: Any) -> None:
+        """An observable gauge whose callback returns [(value, attributes), ...]."""
+
+        def callback(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(v, a) for v, a in read()]
+
+        self._gauges[name] = self._meter.create_observable_gauge(
+            name, callbacks=[callback], unit="1", description=description
+        )
+
+    def database_gauges(self) -> None:
+        """Register the database-wide gauges (API only), read from `self.snapshot`."""
+        s = lambda: self.snapshot  # noqa: E731 - the snapshot object is replaced per scrape
+        self.gauge(
+            "punchclock_runs",
+            "Runs by status",
+            lambda: [(n, {"status": k}) for k, n in s().runs_by_status.items()],
+        )
+        self.gauge(
+            "punchclock_due_runs_waiting", "Due runs not started", lambda: [(s().due_waiting, {})]
+        )
+        self.gauge(
+            "punchclock_oldest_due_run_age_seconds",
+            "Age of the oldest due run not started",
+            lambda: [(s().oldest_due_age, {})],
+        )
+        self.gauge("punchclock_live_workers", "Live supervisors", lambda: [(s().live_workers, {})])
+        self.gauge(
+            "punchclock_unserved_jobs",
+            "Active jobs whose type no live supervisor offers",
+            lambda: [(s().unserved_jobs, {})],
+        )
+        self.gauge(
+            "punchclock_jobs_behind_horizon",
+            "Active jobs waiting to be planned",
+            lambda: [(s().jobs_behind, {})],
+        )
+        self.gauge(
+            "punchclock_last_success_age_seconds",
+            "Seconds since each active job last succeeded (dead man's switch)",
+            lambda: [(age, {"job": job}) for job, age in s().last_success_age.items()],
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
