@@ -36,6 +36,7 @@ from supervisor.loop import DB_ERRORS, Loop
 from supervisor.metrics import Metrics
 from supervisor.planner import Planner
 from supervisor.planning import PlanLimits
+from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
@@ -197,7 +198,12 @@ class Supervisor:
         )
         fence = FenceWatch(executor.fence_check, min(0.5, cfg.lease_ttl / 20))
         listener = Listener(cfg.database_url, claimer.wake)
-        loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence]
+        pruner = Pruner(
+            store,
+            keep_succeeded_days=cfg.retention_succeeded_days,
+            keep_failed_days=cfg.retention_failed_days,
+        )
+        loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence, pruner]
         m.gauge(
             "punchclock_running_children",
             "Children running now",
@@ -214,7 +220,7 @@ class Supervisor:
             "Results dropped because the lease was gone, since start",
             lambda: [(executor.counters.late_results, {})],
         )
-        return Services(executor, claimer, planner, reaper, heartbeater, fence, listener)
+        return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
         cfg = self.cfg
@@ -258,7 +264,7 @@ class Supervisor:
         notifier = Notifier()
         notifier.ready(f"supervising {', '.join(types) or 'nothing'}")
         completer_stop = asyncio.Event()
-        intake_loops: list[Loop] = [sv.planner, sv.claimer, sv.reaper, sv.listener]
+        intake_loops: list[Loop] = [sv.planner, sv.claimer, sv.reaper, sv.listener, sv.pruner]
         upkeep_loops: list[Loop] = [sv.heartbeater, sv.fence]
         try:
             async with asyncio.TaskGroup() as tg:
@@ -318,6 +324,7 @@ class Services:
     heartbeater: Heartbeater
     fence: FenceWatch
     listener: Listener
+    pruner: Pruner
 
 
 _OUTCOME_OF_EVENT = {

@@ -281,6 +281,25 @@ WITH expired AS (
 )
 SELECT id, job_id, attempts, status::text AS status, lease_owner FROM reaped;
 
+-- ---------------------------------------------------------------- retention
+
+-- name: prune_runs
+-- Finished runs (and, by cascade, their attempts) past retention, oldest first, in small
+-- batches so no lock is held long. Scheduled, failed (retry pending) and running runs have
+-- no finished_at and are never touched.
+WITH doomed AS (
+    SELECT id FROM runs
+    WHERE finished_at < now() - make_interval(secs => least($1::float8, $2::float8))
+      AND ((status IN ('succeeded', 'skipped')
+            AND finished_at < now() - make_interval(secs => $1::float8))
+        OR (status IN ('dead', 'cancelled')
+            AND finished_at < now() - make_interval(secs => $2::float8)))
+    ORDER BY finished_at
+    LIMIT $3::int
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM runs r USING doomed WHERE r.id = doomed.id;
+
 -- ---------------------------------------------------------------- observability
 
 -- name: late_runs

@@ -240,6 +240,12 @@ class Store:
     async def reap_expired(self, limit: int) -> list[Record]:
         return await self._fetch("reap_expired", limit)
 
+    # ------------------------------------------------------------ retention
+
+    async def prune_runs(self, keep_succeeded: float, keep_failed: float, limit: int) -> int:
+        """Delete up to `limit` finished runs older than their retention (seconds)."""
+        return _rowcount(await self._execute("prune_runs", keep_succeeded, keep_failed, limit))
+
     # ------------------------------------------------------------ observability
 
     async def late_runs(self, older_than: float, limit: int) -> list[Record]:

@@ -1,0 +1,42 @@
+"""The pruner service: deletes finished runs past their retention, a small batch at a time.
+
+Succeeded and skipped runs are kept `retention_succeeded_days`, dead and cancelled ones
+`retention_failed_days`; planned, retrying and running runs are never pruned. Batches use
+SKIP LOCKED and commit separately, so several hosts share the work and no lock lasts long.
+"""
+
+from __future__ import annotations
+
+from supervisor.log import log_event
+from supervisor.loop import Loop
+from supervisor.store import Store
+
+DAY = 86400.0
+
+
+class Pruner(Loop):
+    name = "pruner"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        keep_succeeded_days: float,
+        keep_failed_days: float,
+        interval: float = 60.0,
+        batch: int = 500,
+    ) -> None:
+        super().__init__(interval, jitter=0.2)
+        self.store = store
+        self.keep_succeeded = keep_succeeded_days * DAY
+        self.keep_failed = keep_failed_days * DAY
+        self.batch = batch
+        self.pruned = 0
+
+    async def run_once(self) -> float | None:
+        deleted = await self.store.prune_runs(self.keep_succeeded, self.keep_failed, self.batch)
+        self.pruned += deleted
+        if deleted:
+            log_event(self.log, "runs_pruned", runs=deleted)
+        # A full batch means more is waiting: continue at once, between transactions.
+        return 0.0 if deleted == self.batch else None

@@ -1,0 +1,63 @@
+"""Retention: finished runs past their period go; planned, retrying and running runs stay."""
+
+from __future__ import annotations
+
+
+from supervisor import jobs
+from supervisor.planning import PlanLimits
+from supervisor.pruner import Pruner
+from supervisor.store import Store
+
+from ..helpers import job
+
+
+async def test_pruning_keeps_what_it_must(store: Store) -> None:
+    row = await jobs.create_job(store, job("r", cron="* * * * *"), PlanLimits(max_runs=30))
+    ids = [r["id"] for r in await store._ex.fetch("select id from runs order by id")]
+    assert len(ids) >= 20
+
+    # Age finished runs through data, not time: finished N days ago.
+    def age(run_id: int, status: str, days: float) -> str:
+        return (
+            f"update runs set status='{status}', finished_at = now() - interval '{days} days'"
+            f" where id = {run_id}"
+        )
+
+    cases = {
+        ids[0]: ("succeeded", 31),  # pruned (30 days)
+        ids[1]: ("succeeded", 29),  # kept
+        ids[2]: ("skipped", 31),  # pruned
+        ids[3]: ("dead", 31),  # kept (90 days)
+        ids[4]: ("dead", 91),  # pruned
+        ids[5]: ("cancelled", 91),  # pruned
+    }
+    for run_id, (status, days) in cases.items():
+        await store._ex.execute(age(run_id, status, days))
+    # A retrying run and a running run from long ago are never pruned.
+    await store._ex.execute(
+        "update runs set status='failed', attempts=1, run_after=now() - interval '200 days' where id=$1",
+        ids[6],
+    )
+    await store._ex.execute(
+        "update runs set status='running', attempts=1, lease_owner='w', lease_token=1,"
+        " lease_expires_at = now() - interval '200 days', started_at = now() - interval '200 days'"
+        " where id=$1",
+        ids[7],
+    )
+    await store._ex.execute(
+        "insert into run_attempts (run_id, attempt, worker_id, lease_token, finished_at, outcome)"
+        " values ($1, 1, 'w', 1, now() - interval '31 days', 'succeeded')",
+        ids[0],
+    )
+    pruner = Pruner(store, keep_succeeded_days=30, keep_failed_days=90, batch=2)
+    while await pruner.run_once() == 0.0:  # full batches continue at once
+        pass
+    left = {r["id"] for r in await store._ex.fetch("select id from runs")}
+    pruned = {ids[0], ids[2], ids[4], ids[5]}
+    assert pruned.isdisjoint(left)
+    assert set(ids) - pruned == left
+    assert pruner.pruned == 4
+    assert (
+        await store._ex.fetchval("select count(*) from run_attempts where run_id=$1", ids[0]) == 0
+    )
+    assert (await store.get_job(row["id"])) is not None
