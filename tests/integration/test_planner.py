@@ -16,7 +16,15 @@ from supervisor.store import Store, create_pool
 from ..helpers import job
 
 LIMITS = PlanLimits(horizon=timedelta(hours=24), max_runs=100)
-CRONS = ["* * * * *", "*/5 * * * *", "0 * * * *", "30 2 * * *", "0 0 * * MON", "15 10 1 * *", "0 */6 * * *"]
+CRONS = [
+    "* * * * *",
+    "*/5 * * * *",
+    "0 * * * *",
+    "30 2 * * *",
+    "0 0 * * MON",
+    "15 10 1 * *",
+    "0 */6 * * *",
+]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
 
 
@@ -31,7 +39,9 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
     rng = random.Random(7)
     ids = []
     for i in range(500):
-        row = await store.insert_job(job(f"j{i}", cron=rng.choice(CRONS), timezone=rng.choice(ZONES)))
+        row = await store.insert_job(
+            job(f"j{i}", cron=rng.choice(CRONS), timezone=rng.choice(ZONES))
+        )
         ids.append(row["id"])
     pools = [await create_pool(dsn, min_size=1, max_size=1) for _ in range(8)]
     try:
@@ -84,7 +94,9 @@ async def test_one_off_job_gets_exactly_one_run(store: Store) -> None:
     await store._ex.execute("update jobs set plan_after = '-infinity'")
     await Planner(store, LIMITS).run_once()
     runs = await store._ex.fetch("select scheduled_at, status from runs where job_id=$1", row["id"])
-    assert [(r["scheduled_at"], r["status"]) for r in runs] == [(at.replace(microsecond=0), "scheduled")]
+    assert [(r["scheduled_at"], r["status"]) for r in runs] == [
+        (at.replace(microsecond=0), "scheduled")
+    ]
 
 
 async def test_schedule_change_replans_in_the_same_transaction(store: Store) -> None:
@@ -100,7 +112,9 @@ async def test_schedule_change_replans_in_the_same_transaction(store: Store) -> 
     # A payload-only change keeps the planned runs (they read the job's payload when claimed).
     ids = {r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", row["id"])}
     await jobs.update_job(store, row["id"], {"payload": {"x": 1}}, LIMITS)
-    ids2 = {r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", row["id"])}
+    ids2 = {
+        r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", row["id"])
+    }
     assert ids == ids2
 
 
@@ -140,7 +154,9 @@ async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> 
         job(name, cron="*/10 * * * *", catchup=catchup, catchup_window_seconds=3600)
     )
     await store._ex.execute(
-        "update jobs set created_at = now() - make_interval(hours => $2) where id=$1", row["id"], hours
+        "update jobs set created_at = now() - make_interval(hours => $2) where id=$1",
+        row["id"],
+        hours,
     )
     await Planner(store, LIMITS).run_once()
     return int(row["id"])
@@ -154,7 +170,8 @@ async def _claim_all(store: Store) -> list[asyncpg.Record]:
 
 async def _due_statuses(store: Store, job_id: int) -> dict[str, int]:
     rows = await store._ex.fetch(
-        "select status, count(*) from runs where job_id=$1 and scheduled_at <= now() group by 1", job_id
+        "select status, count(*) from runs where job_id=$1 and scheduled_at <= now() group by 1",
+        job_id,
     )
     return {r["status"]: r["count"] for r in rows}
 
@@ -200,7 +217,8 @@ async def test_pause_stops_claiming_and_resume_applies_catchup(store: Store) -> 
     # 10-minute grid so no aged time collides with a planned one).
     await store._ex.execute(
         "update runs set scheduled_at = scheduled_at - interval '2 hours 5 minutes',"
-        " run_after = run_after - interval '2 hours 5 minutes' where job_id=$1", row["id"]
+        " run_after = run_after - interval '2 hours 5 minutes' where job_id=$1",
+        row["id"],
     )
     assert await _claim_all(store) == []
     await jobs.set_paused(store, row["id"], False, LIMITS)

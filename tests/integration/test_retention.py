@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from supervisor import jobs
 from supervisor.planning import PlanLimits
 from supervisor.pruner import Pruner

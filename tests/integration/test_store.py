@@ -35,7 +35,10 @@ async def test_migrate_from_empty_then_idempotent(admin_dsn: str) -> None:
         assert first == [name for name, _ in store_mod.bundled_migrations()]
         assert await migrate(conn) == []
         assert await pending_migrations(conn) == []
-        tables = {r["tablename"] for r in await conn.fetch("select tablename from pg_tables where schemaname='public'")}
+        tables = {
+            r["tablename"]
+            for r in await conn.fetch("select tablename from pg_tables where schemaname='public'")
+        }
         assert {"jobs", "runs", "run_attempts", "workers", "schema_migrations"} <= tables
     finally:
         await conn.close()
@@ -44,13 +47,17 @@ async def test_migrate_from_empty_then_idempotent(admin_dsn: str) -> None:
 async def test_refuses_unknown_newer_migration_and_changed_checksum(dsn: str) -> None:
     conn = await connect(dsn)
     try:
-        await conn.execute("INSERT INTO schema_migrations (name, checksum) VALUES ('9999_future', 'x')")
+        await conn.execute(
+            "INSERT INTO schema_migrations (name, checksum) VALUES ('9999_future', 'x')"
+        )
         with pytest.raises(SchemaMismatch, match="9999_future"):
             await migrate(conn)
         with pytest.raises(SchemaMismatch, match="does not know"):
             await pending_migrations(conn)
         await conn.execute("DELETE FROM schema_migrations WHERE name = '9999_future'")
-        await conn.execute("UPDATE schema_migrations SET checksum = 'tampered' WHERE name LIKE '0001%'")
+        await conn.execute(
+            "UPDATE schema_migrations SET checksum = 'tampered' WHERE name LIKE '0001%'"
+        )
         with pytest.raises(SchemaMismatch, match="changed"):
             await migrate(conn)
     finally:
