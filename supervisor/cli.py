@@ -92,6 +92,14 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from supervisor.up import run_up
+
+    cfg = _config(args)
+    setup_logging(cfg.log_level)
+    return run_up(cfg, demo=not args.no_demo, data_dir=args.data_dir)
+
+
 def cmd_schedule_preview(args: argparse.Namespace) -> int:
     from supervisor import schedule
 
@@ -222,6 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for metrics [PUNCHCLOCK_METRICS_LISTEN]")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
     p.set_defaults(func=cmd_supervise)
+
+    p = sub.add_parser(
+        "up", help="start everything here: embedded PostgreSQL, a supervisor and the API"
+    )
+    _common(p)
+    p.add_argument("--handlers", action="append", help="handler TOML file or directory")
+    p.add_argument("--api-listen", help="API HOST:PORT (default 127.0.0.1:8080)")
+    p.add_argument("--metrics-listen", help="supervisor metrics HOST:PORT (default off)")
+    p.add_argument("--data-dir", type=Path, help="embedded PostgreSQL data directory")
+    p.add_argument("--no-demo", action="store_true", help="do not create the demo jobs")
+    p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("schedule", help="schedule tools")
     ssub = p.add_subparsers(dest="schedule_command", required=True, metavar="SUBCOMMAND")

@@ -1,0 +1,188 @@
+"""`punchclock up`: the whole system on one machine, for trying it and for development.
+
+Starts (or reuses) an embedded PostgreSQL when no database URL is given, migrates, creates
+demo jobs, then runs one supervisor and the API as child processes. Ctrl-C drains and
+stops everything; if `up` itself is killed, its children get SIGTERM (PR_SET_PDEATHSIG) and
+the database's watchdog stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from supervisor import jobs
+from supervisor.config import Config, parse_listen
+from supervisor.planning import PlanLimits
+from supervisor.store import Store, connect, migrate
+
+PR_SET_PDEATHSIG = 1
+DEMO_JOBS: list[dict[str, Any]] = [
+    {
+        "name": "demo-every-10-seconds",
+        "type": "echo",
+        "cron": "*/10 * * * * *",
+        "payload": {"hello": "punchclock"},
+    },
+    {
+        "name": "demo-berlin-nightly",
+        "type": "echo",
+        "cron": "0 2 * * *",
+        "timezone": "Europe/Berlin",
+    },
+    {
+        "name": "demo-api-health",
+        "type": "http_check",
+        "cron": "* * * * *",
+        "payload": {"url": "http://{api}/healthz"},
+    },
+]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when `up` dies, so nothing is left running."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # `up` runs no threads here, so preexec_fn is safe; its own session keeps Ctrl-C for us.
+    return subprocess.Popen(
+        argv,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )
+
+
+def _token_file(data_dir: Path | None) -> Path:
+    base = data_dir.parent if data_dir else Path.home() / ".config" / "punchclock"
+    return base / "admin-token"
+
+
+def _admin_token(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
+    conn = await connect(dsn)
+    try:
+        await migrate(conn)
+        store = Store(conn)
+        created = []
+        for spec in DEMO_JOBS if demo else []:
+            if await store.get_job_by_name(spec["name"]) is not None:
+                continue
+            body = dict(spec)
+            if "payload" in body:
+                body["payload"] = {
+                    k: v.replace("{api}", api) if isinstance(v, str) else v
+                    for k, v in body["payload"].items()
+                }
+            await jobs.create_job(store, jobs.validate_job(body), PlanLimits())
+            created.append(spec["name"])
+        return created
+    finally:
+        await conn.close()
+
+
+def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> int:
+    from supervisor.pgserver import LocalPostgres, default_data_dir
+
+    server = None
+    dsn = cfg.database_url
+    if not dsn:
+        data_dir = data_dir or default_data_dir()
+        print(f"starting embedded PostgreSQL in {data_dir} ...", flush=True)
+        server = LocalPostgres(data_dir, persistent=True)
+        dsn = server.start()
+    try:
+        host, port = parse_listen(cfg.api_listen)
+        api = f"{host}:{port}"
+        created = asyncio.run(_prepare(dsn, api, demo))
+        token = _admin_token(_token_file(data_dir))
+        return _run_children(cfg, dsn, api, token, created)
+    finally:
+        if server is not None:
+            server.stop()
+            print("embedded PostgreSQL stopped", flush=True)
+
+
+def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str]) -> int:
+    handlers = list(cfg.handlers) or [str(resources.files("handlers"))]
+    env = {
+        **os.environ,
+        "PUNCHCLOCK_DATABASE_URL": dsn,
+        "PUNCHCLOCK_API_TOKENS": f"admin:{token}",
+        "PUNCHCLOCK_API_LISTEN": api,
+    }
+    base = [sys.executable, "-m", "supervisor"]
+    supervise = [*base, "supervise", *[a for h in handlers for a in ("--handlers", h)]]
+    if cfg.metrics_listen:
+        supervise += ["--metrics-listen", cfg.metrics_listen]
+    children = {"supervisor": _spawn(supervise, env), "api": _spawn([*base, "api"], env)}
+    _banner(api, token, created, handlers)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int, _: Any) -> None:
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        failed = None
+        while not stop["signal"] and failed is None:
+            failed = next((n for n, p in children.items() if p.poll() is not None), None)
+            time.sleep(0.2)  # a supervision poll, not synchronisation
+        for p in children.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + cfg.drain_timeout + cfg.kill_grace + 5
+        for p in children.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if failed is not None:
+            print(f"punchclock up: {failed} exited with status {children[failed].returncode}")
+            return 1
+        return 0
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _banner(api: str, token: str, created: list[str], handlers: list[str]) -> None:
+    print(
+        f"""
+punchclock is up.
+  API          http://{api}/v1/jobs        (OpenAPI: http://{api}/openapi.json)
+  metrics      http://{api}/metrics        readiness: http://{api}/readyz
+  admin token  {token}
+  handlers     {", ".join(handlers)}
+  demo jobs    {", ".join(created) or "(already present)"}
+
+Try:
+  curl -s -H 'Authorization: Bearer {token}' http://{api}/v1/runs?limit=5
+  punchclock runs list --api-url http://{api} --api-token {token}
+
+Ctrl-C stops everything.
+""",
+        flush=True,
+    )
