@@ -53,7 +53,7 @@ class Config:
     api_max_body: int = _setting(1048576, "largest request body the API accepts (bytes)")
     ready_max_lag: float = _setting(60.0, "/readyz fails when a due run waited longer (seconds)")
     retention_succeeded_days: float = _setting(30.0, "keep succeeded and skipped runs this long")
-    retention_failed_days: float = _setting(90.0, "keep dead, cancelled and failed runs this long")
+    retention_failed_days: float = _setting(90.0, "keep dead and cancelled runs this long")
     log_level: str = _setting("info", "debug, info, warning or error")
 
     @property
