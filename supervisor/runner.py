@@ -1,0 +1,455 @@
+"""Child processes: spawn in an own session with the payload on stdin, watch exit via pidfd,
+keep output tails, TERM→grace→KILL the whole tree, report rusage. The only importer of psutil.
+Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psutil
+
+from supervisor.keeper import INSTANCE_ENV
+
+if TYPE_CHECKING:
+    import resource
+
+    from supervisor.keeper import Keeper
+
+CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
+_READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
+_LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
+_PIPE_LINGER = 0.2  # how long output pipes may stay open once the process group is gone
+_POLL_MAX = 0.1
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    argv: list[str]
+    env: dict[str, str]  # complete environment for the child
+    stdin: bytes = b""
+    cwd: str | None = None
+    timeout: float | None = None  # seconds, monotonic; None = no timeout
+    kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
+    output_limit: int = 65536  # bytes of tail kept per stream
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    outcome: str  # "succeeded" | "failed" | "timed_out" | "killed" | "spawn_failed"
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    stdout_tail: str
+    stderr_tail: str
+    cpu_seconds: float | None
+    # ru_maxrss*1024. Linux counts the spawner's RSS at exec too, so a small child reports
+    # about the supervisor's own footprint: read it as max(supervisor, child) peak.
+    peak_rss_bytes: int | None
+    duration: float
+
+
+def install_fast_child_watcher() -> None:
+    """On Python < 3.12, watch other code's asyncio subprocesses with pidfds, not threads."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # kernel older than 5.3, or seccomp forbids it
+        return
+    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
+
+
+class _Tail:
+    """The last `limit` bytes of one output pipe."""
+
+    def __init__(self, file: io.FileIO, limit: int) -> None:
+        self.file = file
+        self.fd = file.fileno()
+        self.limit = max(limit, 0)
+        self.buf = bytearray()
+        self.truncated = False
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+            self.truncated = True
+
+    def text(self) -> str:
+        start = 0
+        if self.truncated:  # the cut may have split a UTF-8 sequence: drop its orphaned bytes
+            while start < min(3, len(self.buf)) and self.buf[start] & 0xC0 == 0x80:
+                start += 1
+        return self.buf[start:].decode("utf-8", errors="replace")
+
+
+class Child:
+    """One handler process and everything it starts.
+
+    A handler's descendants do not outlive it: when it exits, whatever is still alive in its
+    process group gets SIGTERM, then SIGKILL after min(1s, kill_grace), and a descendant that
+    left the group but still holds the output pipes is killed too. kill() and timeouts also
+    hunt descendants that left the group (found by PUNCHCLOCK_CHILD_ID in their environment),
+    and a Keeper kills the lot if the supervisor itself dies.
+
+    A child that exits with an empty group and closed pipes (the common case) completes from
+    event-loop callbacks alone: no task, no thread, no timer beyond an optional timeout.
+    """
+
+    pid: int | None
+    started_monotonic: float
+
+    def __init__(self, spec: ChildSpec, keeper: Keeper | None) -> None:
+        self.spec = spec
+        self.keeper = keeper
+        self.child_id = uuid.uuid4().hex
+        self.pid = None
+        self.started_monotonic = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._pidfd = -1
+        self._status: int | None = None
+        self._rusage: resource.struct_rusage | None = None
+        self._ended = self.started_monotonic
+        self._exited: asyncio.Future[None] = self._loop.create_future()
+        self._done: asyncio.Future[ChildResult] = self._loop.create_future()
+        self._wake = asyncio.Event()  # set on exit and when a kill deadline moves closer
+        self._tails: list[_Tail] = []
+        self._stdin: io.FileIO | None = None
+        self._payload = memoryview(spec.stdin)
+        self._stop: tuple[str, str] | None = None  # (outcome, error) of the first kill request
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._settling = False  # the tree is gone; only the pipes may still be open
+        self._group_gone = False
+        # Strong references: the event loop keeps only weak ones to tasks.
+        self._killer: asyncio.Task[None] | None = None
+        self._helper: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def spawn(cls, spec: ChildSpec, keeper: Keeper | None = None) -> Child:
+        """Start `spec.argv`; a command that cannot be executed yields a spawn_failed result."""
+        child = cls(spec, keeper)
+        child._start()
+        return child
+
+    async def wait(self) -> ChildResult:
+        """The result once the child and its leftovers are gone. Idempotent; safe to cancel."""
+        return await asyncio.shield(self._done)
+
+    async def kill(self, reason: str, grace: float | None = None) -> None:
+        """TERM the group, wait `grace` (default kill_grace), KILL the group and escapees.
+
+        Returns once the direct child is reaped. If it already exited by itself, its own
+        outcome stands; otherwise the first kill request (or the timeout) names the outcome.
+        """
+        if self._popen is None:
+            return
+        self._request_stop("killed", f"killed: {reason}", grace)
+        if self._killer is not None:
+            await asyncio.shield(self._killer)
+        await asyncio.shield(self._exited)
+
+    def _start(self) -> None:
+        spec = self.spec
+        env = {**spec.env, CHILD_ID_ENV: self.child_id}
+        if self.keeper is not None:
+            env[INSTANCE_ENV] = self.keeper.instance_id
+        try:
+            if not spec.argv:
+                raise ValueError("empty command")
+            # No preexec_fn, so CPython can use vfork; start_new_session gives an own group.
+            popen = subprocess.Popen(
+                spec.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=spec.cwd,
+                start_new_session=True,
+                close_fds=True,
+                bufsize=0,
+            )
+        except (OSError, ValueError) as exc:
+            error = _spawn_error_text(spec, exc)
+            self._done.set_result(
+                ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
+            )
+            return
+        self._popen, self.pid = popen, popen.pid
+        if self.keeper is not None:
+            self.keeper.register(popen.pid)
+        for file in (popen.stdout, popen.stderr):
+            assert isinstance(file, io.FileIO)
+            tail = _Tail(file, spec.output_limit)
+            os.set_blocking(tail.fd, False)
+            self._loop.add_reader(tail.fd, self._on_readable, tail)
+            self._tails.append(tail)
+        assert isinstance(popen.stdin, io.FileIO)
+        self._stdin = popen.stdin
+        os.set_blocking(self._stdin.fileno(), False)
+        self._write_stdin()
+        if spec.timeout is not None:
+            error = f"timed out after {spec.timeout:g}s"
+            self._timer = self._loop.call_later(
+                spec.timeout, self._request_stop, "timed_out", error, None
+            )
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)
+        except OSError:  # no pidfds (kernel < 5.3, some seccomp profiles): poll instead
+            self._helper = self._loop.create_task(self._poll_exit())
+        else:
+            self._loop.add_reader(self._pidfd, self._reap)
+
+    def _write_stdin(self) -> None:
+        if self._stdin is None:
+            return
+        fd = self._stdin.fileno()
+        sent = 0
+        try:
+            while sent < len(self._payload):
+                sent += os.write(fd, self._payload[sent:])
+        except BlockingIOError:
+            self._payload = self._payload[sent:]
+            self._loop.add_writer(fd, self._write_stdin)
+            return
+        except OSError:
+            pass  # EPIPE: not reading its stdin is the child's business
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self._stdin is not None:
+            self._loop.remove_writer(self._stdin.fileno())
+            self._stdin.close()
+            self._stdin = None
+            self._payload = memoryview(b"")
+
+    def _on_readable(self, tail: _Tail) -> None:
+        try:
+            data = os.read(tail.fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            tail.feed(data)
+            return
+        self._close_stream(tail)
+        if self._settling and all(t.file.closed for t in self._tails):
+            self._finish()
+
+    def _close_stream(self, tail: _Tail) -> None:
+        if not tail.file.closed:
+            self._loop.remove_reader(tail.fd)
+            tail.file.close()
+
+    def _reap(self) -> None:
+        assert self._popen is not None and self.pid is not None
+        try:
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by a waitpid(-1) elsewhere: the status is lost
+            self._popen.returncode = 255
+        else:
+            if pid == 0:
+                return
+            self._status, self._rusage = status, usage
+            # Popen must know the child is reaped, or it would wait() or warn about it later.
+            self._popen.returncode = os.waitstatus_to_exitcode(status)
+        self._ended = time.monotonic()
+        if self._pidfd >= 0:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._timer is not None:
+            self._timer.cancel()
+        self._close_stdin()
+        self._exited.set_result(None)
+        self._wake.set()
+        if self._killer is not None:
+            return  # it settles once it has killed what is left
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:  # the usual case: nothing left in the group
+            self._group_gone = True
+            self._settle()
+            return
+        except PermissionError:
+            pass
+        grace = min(_LEFTOVER_GRACE, max(self.spec.kill_grace, 0.0))
+        self._deadline = time.monotonic() + grace
+        self._helper = self._loop.create_task(self._terminate())
+
+    async def _poll_exit(self) -> None:
+        delay = 0.001
+        while not self._exited.done():
+            self._reap()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _request_stop(self, outcome: str, error: str, grace: float | None) -> None:
+        grace = self.spec.kill_grace if grace is None else grace
+        deadline = time.monotonic() + max(grace, 0.0)
+        if self._stop is None:
+            if self._exited.done():
+                return
+            self._stop, self._deadline = (outcome, error), deadline
+            self._killer = self._loop.create_task(self._terminate())
+        elif deadline < self._deadline:  # a more urgent request shortens the grace
+            self._deadline = deadline
+            self._wake.set()
+
+    async def _terminate(self) -> None:
+        """TERM the group, allow it until self._deadline, then KILL it (and on kill() or
+        timeout, every escaped descendant); used too for what a handler leaves behind."""
+        # Snapshot first: once the child dies, its children are reparented and the tree is lost.
+        snapshot: list[psutil.Process] = []
+        if not self._exited.done():
+            with contextlib.suppress(psutil.Error):
+                snapshot = await asyncio.to_thread(psutil.Process(self.pid).children, True)
+        if self._deadline > time.monotonic():
+            self._signal_group(signal.SIGTERM)
+        if not await self._await_group_gone():
+            self._signal_group(signal.SIGKILL)
+        if self._stop is not None:
+            await asyncio.to_thread(_kill_strays, self.child_id, snapshot)
+        await asyncio.shield(self._exited)
+        self._settle()
+
+    def _settle(self) -> None:
+        """The tree is gone; finish once the pipes close, or deal with whoever holds them."""
+        self._settling = True
+        if all(t.file.closed for t in self._tails):
+            self._finish()
+        else:
+            self._timer = self._loop.call_later(_PIPE_LINGER, self._on_pipes_held)
+
+    def _on_pipes_held(self) -> None:
+        async def kill_holders() -> None:
+            # Something that left the group still holds our pipes; it must not outlive us.
+            await asyncio.to_thread(_kill_strays, self.child_id, [])
+            self._timer = self._loop.call_later(_PIPE_LINGER, self._finish)
+
+        if not self._done.done():
+            self._helper = self._loop.create_task(kill_holders())
+
+    def _finish(self) -> None:
+        if self._done.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        for tail in self._tails:
+            self._close_stream(tail)
+        if self.keeper is not None and self.pid is not None:
+            self.keeper.unregister(self.pid)
+        self._done.set_result(self._result())
+
+    async def _await_group_gone(self) -> bool:
+        """Wait until nothing alive is left in the group, or self._deadline passes."""
+        poll = 0.005
+        while True:
+            self._wake.clear()
+            if not await self._group_alive():
+                return True
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            # While the direct child lives its exit wakes us; afterwards we must poll.
+            wait = remaining if not self._exited.done() else min(poll, remaining)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+            poll = min(poll * 2, _POLL_MAX)
+
+    async def _group_alive(self) -> bool:
+        if not self._exited.done():
+            return True
+        if not self._group_gone:
+            assert self.pid is not None
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:
+                self._group_gone = True
+            except PermissionError:
+                return True
+            else:  # killpg also counts zombies, which a PID 1 that never wait()s leaves around
+                self._group_gone = not await asyncio.to_thread(_has_live_members, self.pid)
+        return not self._group_gone
+
+    def _signal_group(self, sig: int) -> None:
+        # Once the leader is reaped and the group empty, the pgid may belong to someone else.
+        if self._group_gone or self.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def _result(self) -> ChildResult:
+        code = sig = None
+        if self._status is not None:
+            rc = os.waitstatus_to_exitcode(self._status)
+            code, sig = (None, -rc) if rc < 0 else (rc, None)
+        error: str | None
+        if self._stop is not None:
+            outcome, error = self._stop
+        elif self._status is None:
+            outcome, error = "failed", "exit status lost: the child was reaped elsewhere"
+        elif sig is not None:
+            outcome, error = "failed", f"killed by signal {sig} ({_signal_name(sig)})"
+        elif code:
+            outcome, error = "failed", f"exited with status {code}"
+        else:
+            outcome, error = "succeeded", None
+        out, err = (tail.text() for tail in self._tails)
+        cpu = rss = None
+        if (usage := self._rusage) is not None:
+            cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+        return ChildResult(
+            outcome, code, sig, error, out, err, cpu, rss, self._ended - self.started_monotonic
+        )
+
+
+def _spawn_error_text(spec: ChildSpec, exc: Exception) -> str:
+    if not spec.argv:
+        return "cannot execute: empty command"
+    if isinstance(exc, OSError):
+        detail = f"[Errno {exc.errno}] {exc.strerror}"
+        if spec.cwd is not None and exc.filename == spec.cwd:
+            return f"cannot change to directory {spec.cwd!r}: {detail}"
+        return f"cannot execute {spec.argv[0]!r}: {detail}"
+    return f"cannot execute {spec.argv[0]!r}: {exc}"
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _kill_strays(child_id: str, snapshot: list[psutil.Process]) -> None:
+    """SIGKILL `snapshot` and every process whose environment carries our child id."""
+    marked = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(CHILD_ID_ENV) == child_id:
+                marked.append(proc)
+    for proc in snapshot + marked:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()  # psutil refuses if the pid was reused since the snapshot
+
+
+def _has_live_members(pgid: int) -> bool:
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+    return False

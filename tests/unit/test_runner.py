@@ -1,0 +1,411 @@
+"""Runner and keeper against real processes: no mocks, no sleeps used as synchronisation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from supervisor.keeper import Keeper
+from supervisor.runner import CHILD_ID_ENV, Child, ChildResult, ChildSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+SESSION_ENV = "PUNCHCLOCK_TEST_SESSION"
+SESSION = uuid.uuid4().hex
+BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), SESSION_ENV: SESSION}
+
+# Python children that report through files, so tests can wait on conditions.
+TERM_RECORDER = """
+import pathlib, signal, sys
+signal.signal(signal.SIGTERM, lambda *a: pathlib.Path(sys.argv[1]).write_text("term"))
+pathlib.Path(sys.argv[2]).write_text("ready")
+while True:
+    signal.pause()
+"""
+TERM_EXITS = """
+import pathlib, signal, sys
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+pathlib.Path(sys.argv[1]).write_text("ready")
+while True:
+    signal.pause()
+"""
+USR1_PROVES_LIFE = """
+import pathlib, signal, sys
+signal.signal(signal.SIGUSR1, lambda *a: pathlib.Path(sys.argv[1]).write_text("alive"))
+pathlib.Path(sys.argv[2]).write_text("ready")
+while True:
+    signal.pause()
+"""
+
+
+def spec(argv: list[str], **kwargs: object) -> ChildSpec:
+    return ChildSpec(argv=argv, env=dict(BASE_ENV), **kwargs)  # type: ignore[arg-type]
+
+
+async def run(argv: list[str], **kwargs: object) -> ChildResult:
+    child = await Child.spawn(spec(argv, **kwargs))
+    return await child.wait()
+
+
+async def wait_for(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.01)
+
+
+def pid_in(path: Path) -> int:
+    return int(path.read_text().strip())
+
+
+def is_dead(pid: int) -> bool:
+    """Gone, or a zombie (here PID 1 does not reap orphans, so zombies may linger)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def processes_with(name: str, value: str | None = None) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get(SESSION_ENV) == SESSION and name in env and value in (None, env[name]):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    yield
+    deadline = time.monotonic() + 3.0
+    while (left := processes_with(CHILD_ID_ENV)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling a condition with a deadline
+    for proc in left:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+        except (OSError, psutil.Error):
+            pass
+    assert not left, f"child processes left behind: {left}"
+
+
+# ---------------------------------------------------------------- success and output
+
+
+async def test_payload_is_echoed_through_stdin() -> None:
+    result = await run(["cat"], stdin=b"hello payload\n")
+    assert result.outcome == "succeeded"
+    assert result.exit_code == 0 and result.signal is None and result.error is None
+    assert result.stdout_tail == "hello payload\n" and result.stderr_tail == ""
+    assert result.duration > 0
+
+
+async def test_large_payload_round_trips_without_deadlock() -> None:
+    payload = os.urandom(1 << 19).hex().encode()  # 1 MiB of text
+    result = await run(["cat"], stdin=payload, output_limit=2 << 20)
+    assert result.outcome == "succeeded"
+    assert result.stdout_tail == payload.decode()
+
+
+async def test_child_that_never_reads_stdin() -> None:
+    result = await run(["true"], stdin=b"x" * (1 << 20))
+    assert result.outcome == "succeeded"
+    result = await run(["sh", "-c", "exec <&-; echo closed"], stdin=b"x" * (1 << 20))
+    assert (result.outcome, result.stdout_tail) == ("succeeded", "closed\n")
+
+
+async def test_tails_keep_only_the_last_bytes() -> None:
+    code = (
+        "import sys\nsys.stdout.write('a' * 100000 + 'END')\nsys.stderr.write('e' * 5000 + 'TAIL')"
+    )
+    result = await run([PY, "-c", code], output_limit=1000)
+    assert result.outcome == "succeeded"
+    assert len(result.stdout_tail) == 1000 and result.stdout_tail.endswith("aEND")
+    assert len(result.stderr_tail) == 1000 and result.stderr_tail.endswith("eTAIL")
+
+
+async def test_huge_output_keeps_memory_bounded() -> None:
+    me = psutil.Process()
+    before = me.memory_info().rss
+    result = await run(["head", "-c", str(300 << 20), "/dev/zero"], output_limit=4096)
+    assert result.outcome == "succeeded"
+    assert result.stdout_tail == "\0" * 4096
+    assert me.memory_info().rss - before < 50 << 20
+
+
+async def test_tails_are_decoded_leniently() -> None:
+    result = await run(["printf", r"ok\377ok"])
+    assert result.stdout_tail == "ok\ufffdok"
+    # A cut through a two-byte character must not show up as a replacement character.
+    result = await run([PY, "-c", "print('é' * 100, end='')"], output_limit=51)
+    assert result.stdout_tail == "é" * 25
+
+
+# ---------------------------------------------------------------- failures
+
+
+async def test_failure_exit_code() -> None:
+    result = await run(["sh", "-c", "echo oops >&2; exit 3"])
+    assert result.outcome == "failed"
+    assert (result.exit_code, result.signal) == (3, None)
+    assert result.error == "exited with status 3"
+    assert result.stderr_tail == "oops\n"
+
+
+async def test_death_by_signal() -> None:
+    result = await run(["sh", "-c", "kill -9 $$"])
+    assert result.outcome == "failed"
+    assert (result.exit_code, result.signal) == (None, 9)
+    assert result.error == "killed by signal 9 (SIGKILL)"
+
+
+async def test_spawn_failed_for_missing_file() -> None:
+    child = await Child.spawn(spec(["/nonexistent/punchclock-handler", "arg"]))
+    assert child.pid is None
+    await child.kill("no-op")  # nothing to kill; must not raise
+    result = await child.wait()
+    assert result.outcome == "spawn_failed"
+    assert result.error == (
+        "cannot execute '/nonexistent/punchclock-handler': [Errno 2] No such file or directory"
+    )
+    assert result.exit_code is None and result.cpu_seconds is None
+
+
+async def test_spawn_failed_for_non_executable_file(tmp_path: Path) -> None:
+    script = tmp_path / "handler.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    result = await run([str(script)])
+    assert result.outcome == "spawn_failed"
+    assert result.error == f"cannot execute {str(script)!r}: [Errno 13] Permission denied"
+
+
+# ---------------------------------------------------------------- timeout and kill
+
+
+async def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
+    script = (
+        'trap "" TERM; '
+        'sleep 1000 & echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc"; '
+        'setsid sleep 1000 & echo $! > "$D/esc.tmp"; mv "$D/esc.tmp" "$D/esc"; '
+        '(setsid sleep 1000 & echo $! > "$D/orphan.tmp"; mv "$D/orphan.tmp" "$D/orphan"); '
+        'touch "$D/ready"; wait'
+    )
+    child = await Child.spawn(
+        ChildSpec(
+            ["sh", "-c", script],
+            env={**BASE_ENV, "D": str(tmp_path)},
+            timeout=2.0,
+            kill_grace=0.3,
+        )
+    )
+    result = await child.wait()
+    assert (tmp_path / "ready").exists(), "the tree was not built before the timeout"
+    assert result.outcome == "timed_out"
+    assert result.error == "timed out after 2s"
+    assert result.signal == signal.SIGKILL  # sh ignored TERM
+    assert result.duration >= 2.0
+    for name in ("gc", "esc", "orphan"):
+        pid = pid_in(tmp_path / name)
+        await wait_for(lambda pid=pid: is_dead(pid))  # type: ignore[misc]
+    assert processes_with(CHILD_ID_ENV, child.child_id) == []
+
+
+async def test_kill_without_grace_is_immediate(tmp_path: Path) -> None:
+    child = await Child.spawn(
+        spec(["sh", "-c", f'trap "" TERM; touch {tmp_path}/ready; sleep 1000'], kill_grace=60)
+    )
+    await wait_for((tmp_path / "ready").exists)
+    started = time.monotonic()
+    await child.kill("lease lost", grace=0)
+    assert time.monotonic() - started < 2.0
+    result = await child.wait()
+    assert result.outcome == "killed"
+    assert result.error == "killed: lease lost"
+    assert (result.signal, result.exit_code) == (signal.SIGKILL, None)
+
+
+async def test_kill_with_grace_lets_the_child_exit_cleanly(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    child = await Child.spawn(spec([PY, "-c", TERM_EXITS, str(ready)]))
+    await wait_for(ready.exists)
+    started = time.monotonic()
+    await child.kill("shutting down", grace=30)
+    assert time.monotonic() - started < 10
+    result = await child.wait()
+    assert result.outcome == "killed"
+    assert result.error == "killed: shutting down"
+    assert (result.exit_code, result.signal) == (0, None)
+
+
+async def test_kill_escalates_after_the_grace(tmp_path: Path) -> None:
+    term, ready = tmp_path / "term", tmp_path / "ready"
+    child = await Child.spawn(spec([PY, "-c", TERM_RECORDER, str(term), str(ready)]))
+    await wait_for(ready.exists)
+    started = time.monotonic()
+    await child.kill("lease lost", grace=0.3)
+    assert time.monotonic() - started >= 0.3
+    assert term.exists()
+    result = await child.wait()
+    assert (result.outcome, result.signal) == ("killed", signal.SIGKILL)
+
+
+async def test_kill_shortens_a_running_timeout_grace(tmp_path: Path) -> None:
+    term = tmp_path / "term"
+    # sh sets its trap within a millisecond or so, well before the timeout fires.
+    script = f'trap "touch {term}" TERM; while :; do sleep 0.05; done'
+    child = await Child.spawn(spec(["sh", "-c", script], timeout=0.5, kill_grace=60))
+    await wait_for(term.exists)  # the timeout fired and sent TERM; 60 s of grace remain
+    started = time.monotonic()
+    await asyncio.gather(child.kill("hurry", grace=0), child.kill("again", grace=0), child.wait())
+    assert time.monotonic() - started < 5
+    result = await child.wait()
+    assert result.outcome == "timed_out"  # the first reason stands
+    assert result.error == "timed out after 0.5s"
+    assert result.signal == signal.SIGKILL
+    assert await child.wait() is result
+
+
+async def test_kill_after_exit_keeps_the_outcome() -> None:
+    child = await Child.spawn(spec(["true"]))
+    result = await child.wait()
+    await child.kill("too late", grace=0)
+    assert result.outcome == "succeeded"
+    assert (await child.wait()).outcome == "succeeded"
+
+
+async def test_descendants_do_not_outlive_a_normal_exit(tmp_path: Path) -> None:
+    script = (
+        'sleep 1000 & echo $! > "$D/gc"; '
+        '(trap "" TERM; exec sleep 1000) & echo $! > "$D/stubborn"; '
+        'setsid sleep 1000 & echo $! > "$D/esc"'
+    )
+    child = await Child.spawn(
+        ChildSpec(["sh", "-c", script], env={**BASE_ENV, "D": str(tmp_path)}, kill_grace=0.2)
+    )
+    result = await child.wait()
+    assert result.outcome == "succeeded"
+    for name in ("gc", "stubborn", "esc"):
+        pid = pid_in(tmp_path / name)
+        await wait_for(lambda pid=pid: is_dead(pid))  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- resource usage and scale
+
+
+async def test_cpu_seconds_of_a_busy_child() -> None:
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass"
+    result = await run([PY, "-c", code])
+    assert result.outcome == "succeeded"
+    assert result.cpu_seconds is not None and result.cpu_seconds >= 0.25
+
+
+async def test_peak_rss_grows_with_allocation() -> None:
+    small = await run(["true"])
+    big = await run([PY, "-c", "x = b'x' * (100 << 20)"])
+    assert small.peak_rss_bytes is not None and big.peak_rss_bytes is not None
+    # Not "small + 100 MB": exec records the spawning process's RSS high-water mark in the
+    # child's ru_maxrss, so even /bin/true reports about this test process's footprint.
+    assert big.peak_rss_bytes >= 100 << 20
+    assert big.peak_rss_bytes > small.peak_rss_bytes
+
+
+async def test_many_concurrent_children_leak_no_fds() -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    children = await asyncio.gather(*(Child.spawn(spec(["true"])) for _ in range(200)))
+    results = await asyncio.gather(*(c.wait() for c in children))
+    assert [r.outcome for r in results] == ["succeeded"] * 200
+    assert open_fds() == before
+
+
+# ---------------------------------------------------------------- keeper
+
+FAKE_SUPERVISOR = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from supervisor.keeper import Keeper
+from supervisor.runner import Child, ChildSpec
+
+async def main():
+    keeper = await Keeper.start(sys.argv[2])
+    env = {"PATH": "/usr/bin:/bin", "D": sys.argv[3], "PUNCHCLOCK_TEST_SESSION": sys.argv[4]}
+    script = (
+        'sleep 1000 & echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc"; '
+        'setsid sleep 1000 & echo $! > "$D/esc.tmp"; mv "$D/esc.tmp" "$D/esc"; '
+        'env -i /bin/sleep 1000 & echo $! > "$D/noenv.tmp"; mv "$D/noenv.tmp" "$D/noenv"; '
+        'exec sleep 1000'
+    )
+    child = await Child.spawn(ChildSpec(["sh", "-c", script], env=env), keeper=keeper)
+    print(child.pid, keeper.pid, flush=True)
+    await child.wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+    fake = subprocess.Popen(
+        [PY, "-c", FAKE_SUPERVISOR, str(ROOT), uuid.uuid4().hex, str(tmp_path), SESSION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        async with asyncio.timeout(20):
+            line = await asyncio.to_thread(fake.stdout.readline)
+        child_pid, keeper_pid = map(int, line.split())
+        # gc stays in the group; esc left it (found by its environment); noenv cleared its
+        # environment but stays in the group (found by the registered pgid).
+        names = ("gc", "esc", "noenv")
+        await wait_for(lambda: all((tmp_path / name).exists() for name in names))
+        tree = [child_pid, *(pid_in(tmp_path / name) for name in names)]
+        # Ctrl-C, TERM or HUP must not take the keeper down before the supervisor.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            os.kill(keeper_pid, sig)
+        assert not any(is_dead(pid) for pid in [*tree, keeper_pid])
+        fake.kill()
+        fake.wait()
+        await wait_for(lambda: all(is_dead(pid) for pid in [*tree, keeper_pid]), timeout=5)
+    finally:
+        fake.kill()
+        fake.wait()
+        if fake.stdout is not None:
+            fake.stdout.close()
+
+
+async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
+    alive, ready = tmp_path / "alive", tmp_path / "ready"
+    keeper = await Keeper.start(uuid.uuid4().hex)
+    keeper_proc = psutil.Process(keeper.pid)
+    child = await Child.spawn(
+        spec([PY, "-c", USR1_PROVES_LIFE, str(alive), str(ready)]), keeper=keeper
+    )
+    try:
+        await wait_for(ready.exists)
+        await keeper.close()
+        await keeper.close()  # idempotent
+        assert not keeper_proc.is_running()
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGUSR1)
+        await wait_for(alive.exists)
+    finally:
+        await child.kill("test over", grace=0)
+    assert (await child.wait()).outcome == "killed"
