@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import io
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -52,8 +53,8 @@ class ChildResult:
     stdout_tail: str
     stderr_tail: str
     cpu_seconds: float | None
-    # ru_maxrss*1024. Linux counts the spawner's RSS at exec too, so a small child reports
-    # about the supervisor's own footprint: read it as max(supervisor, child) peak.
+    # ru_maxrss*1024. Linux carries the spawner's RSS high-water mark across exec, so a value
+    # not above the supervisor's own peak says nothing about the child: None then.
     peak_rss_bytes: int | None
     duration: float
 
@@ -412,6 +413,8 @@ class Child:
         cpu = rss = None
         if (usage := self._rusage) is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+            if rss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024:
+                rss = None
         return ChildResult(
             outcome, code, sig, error, out, err, cpu, rss, self._ended - self.started_monotonic
         )

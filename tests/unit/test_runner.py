@@ -317,12 +317,11 @@ async def test_cpu_seconds_of_a_busy_child() -> None:
 
 async def test_peak_rss_grows_with_allocation() -> None:
     small = await run(["true"])
-    big = await run([PY, "-c", "x = b'x' * (100 << 20)"])
-    assert small.peak_rss_bytes is not None and big.peak_rss_bytes is not None
-    # Not "small + 100 MB": exec records the spawning process's RSS high-water mark in the
-    # child's ru_maxrss, so even /bin/true reports about this test process's footprint.
-    assert big.peak_rss_bytes >= 100 << 20
-    assert big.peak_rss_bytes > small.peak_rss_bytes
+    big = await run([PY, "-c", "x = b'x' * (300 << 20)"])
+    # exec carries this test process's RSS high-water mark into the child's ru_maxrss, so a
+    # small child's figure says nothing about it and is reported as unknown.
+    assert small.peak_rss_bytes is None
+    assert big.peak_rss_bytes is not None and big.peak_rss_bytes >= 300 << 20
 
 
 async def test_many_concurrent_children_leak_no_fds() -> None:
