@@ -167,6 +167,7 @@ class Supervisor:
             misfire_grace=cfg.misfire_grace,
             poll_interval=cfg.poll_interval,
             on_skipped=lambda rows: _record_skipped(m, rows),
+            held=executor.inflight.keys,
         )
 
         def planned(inserted: int, seconds: float) -> None:

@@ -8,13 +8,13 @@ same short transaction as the claim, so a missed run is never started.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import asyncpg
 
 from supervisor.log import log_event
-from supervisor.loop import Loop
+from supervisor.loop import DB_ERRORS, Loop
 from supervisor.store import Store
 
 
@@ -33,6 +33,7 @@ class Claimer(Loop):
         misfire_grace: float,
         poll_interval: float,
         on_skipped: Callable[[list[Any]], None] | None = None,
+        held: Callable[[], Collection[int]] | None = None,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
         self.store = store
@@ -43,6 +44,10 @@ class Claimer(Loop):
         self.lease_ttl = lease_ttl
         self.misfire_grace = misfire_grace
         self.on_skipped = on_skipped
+        self.held = held
+        # The last claim failed in a way that may have committed (connection lost around
+        # COMMIT): the database may hold leases of ours on runs we never started.
+        self.uncertain = False
         self.claim_seconds: list[float] = []
 
     async def run_once(self) -> float | None:
@@ -52,13 +57,21 @@ class Claimer(Loop):
         if free <= 0:
             return self.interval  # a finishing run wakes us
         sent_at = time.monotonic()
+        # Every run we start is in `held` from start() on, and this loop is the only claimer
+        # here, so any other run leased to us comes from a claim whose reply we never saw.
+        held = list(self.held()) if self.uncertain and self.held is not None else None
         try:
             async with self.store.transaction() as tx:
                 skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
-                rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl)
+                rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl, held)
         except asyncpg.UniqueViolationError:
             # Another host started a run of the same exclusive job at the same moment.
             return 0.01
+        except DB_ERRORS:
+            self.uncertain = True
+            raise
+        recovered = held is not None
+        self.uncertain = False
         self.claim_seconds.append(time.monotonic() - sent_at)
         del self.claim_seconds[:-1000]
         if skipped:
@@ -81,6 +94,9 @@ class Claimer(Loop):
                 queue_delay=round(delay, 3),
             )
             self.start(row, sent_at)
+        if recovered:
+            log_event(self.log, "claim_recovered", held=len(held or ()))
+            return 0.0  # runs given back just now are due: claim again at once
         if len(rows) == free:
             return 0.0 if self.free_slots() > 0 else self.interval
         due_in = await self.store.next_due_in(self.types)

@@ -100,6 +100,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_up(cfg, demo=not args.no_demo, data_dir=args.data_dir)
 
 
+def cmd_api(args: argparse.Namespace) -> int:
+    from api.app import serve
+
+    overrides = {"api_max_body": args.max_body} if args.max_body is not None else {}
+    cfg = _config(args, **overrides)
+    setup_logging(cfg.log_level)
+    _need_db(cfg)
+    return asyncio.run(serve(cfg, auto_migrate=args.migrate))
+
+
 def cmd_schedule_preview(args: argparse.Namespace) -> int:
     from supervisor import schedule
 
@@ -242,6 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-demo", action="store_true", help="do not create the demo jobs")
     p.set_defaults(func=cmd_up)
 
+    p = sub.add_parser("api", help="serve the management REST API")
+    _common(p)
+    p.add_argument(
+        "--listen",
+        dest="api_listen",
+        help="HOST:PORT (default 127.0.0.1:8080; port 0 picks one) [PUNCHCLOCK_API_LISTEN]",
+    )
+    p.add_argument(
+        "--api-token",
+        action="append",
+        metavar="ROLE:TOKEN",
+        help="a bearer token, ROLE read or admin (repeatable; none: loopback only) "
+        "[PUNCHCLOCK_API_TOKENS, comma-separated]",
+    )
+    p.add_argument("--max-body", type=int, help="largest request body in bytes (default 1 MiB)")
+    p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
+    p.set_defaults(func=cmd_api)
+
     p = sub.add_parser("schedule", help="schedule tools")
     ssub = p.add_subparsers(dest="schedule_command", required=True, metavar="SUBCOMMAND")
     pp = ssub.add_parser("preview", help="print the next run instants of a cron expression")
@@ -265,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handlers", action="append")
     p.add_argument("--settings", action="store_true", help="print the settings table and exit")
     p.set_defaults(func=cmd_check)
+
+    from api.client import register_client_commands  # stdlib only: cheap to import
+
+    register_client_commands(sub)
 
     for extra in _EXTRA_COMMANDS:
         extra(sub)

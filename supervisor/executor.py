@@ -57,6 +57,10 @@ class InFlight:
     fenced: bool = False
     lost: bool = False
     released: bool = False  # given back at shutdown: no completion is sent
+    # The child has ended and its result is queued. Its lease is still renewed, but a renewal
+    # that misses the run no longer means "lost": the completion may just have been recorded,
+    # and the fenced completion itself tells a late result apart.
+    completing: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -117,7 +121,7 @@ class Executor:
                 continue
             if run_id in ok:
                 entry.valid_until = max(entry.valid_until, sent_at + self.lease_ttl)
-            elif not entry.lost:
+            elif not entry.lost and not entry.completing:
                 entry.lost = True
                 self.counters.lease_lost += 1
                 self._event("lease_lost", entry, reason="the run is no longer ours")
@@ -129,7 +133,7 @@ class Executor:
         margin = self.lease_ttl / 4
         for entry in self.inflight.values():
             remaining = entry.valid_until - now
-            if remaining < margin and not entry.fenced and not entry.lost:
+            if remaining < margin and not (entry.fenced or entry.lost or entry.completing):
                 entry.fenced = True
                 self.counters.self_fenced += 1
                 self._event("self_fenced", entry, remaining_seconds=round(remaining, 3))
@@ -160,9 +164,10 @@ class Executor:
             result = await self._run_child(entry, row)
             if entry.released:
                 return
+            entry.completing = True
             completion, status = self._completion(entry, row, result)
             recorded = await self._complete(completion, entry)
-            self._finished(entry, result, status, completion[4], recorded)
+            self._finished(entry, result, status, completion[4], recorded, retry_in=completion[3])
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
         finally:
@@ -173,7 +178,7 @@ class Executor:
     async def _run_child(self, entry: InFlight, row: Any) -> ChildResult:
         handler = self.registry.handlers.get(row["type"])
         if handler is None:  # unregistered since the claim: fail the attempt, keep going
-            return _no_handler(row["type"])
+            return _not_run(f"no handler registered for type {row['type']!r} on this host")
         timeout = row["timeout_seconds"] or handler.timeout_seconds or DEFAULT_TIMEOUT
         deadline = row["db_now"] + timedelta(seconds=timeout)
         env = {
@@ -196,6 +201,10 @@ class Executor:
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,
         )
+        if entry.lost or entry.fenced or entry.released:
+            # Lost, fenced or given back before the child even started: starting it now
+            # could overlap another host's execution of the same run.
+            return _not_run("not started: the lease was lost or given back first")
         entry.child = await Child.spawn(spec, self.keeper)
         self._event(
             "started",
@@ -250,6 +259,7 @@ class Executor:
         status: str,
         completion_outcome: str,
         recorded: bool,
+        retry_in: float = 0.0,
     ) -> None:
         duration = round(result.duration, 3)
         if not recorded:
@@ -272,7 +282,7 @@ class Executor:
             self.counters.dead += 1
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:
-            self._event("retry_scheduled", entry)
+            self._event("retry_scheduled", entry, retry_in=retry_in)
 
     # ------------------------------------------------------------ completions (batched)
 
@@ -334,7 +344,9 @@ class Executor:
 
     async def interrupt_all(self) -> int:
         """Kill what is left and give the runs back without consuming an attempt."""
-        entries = list(self.inflight.values())
+        # A run whose child already ended has its result queued: the completer records it.
+        # Releasing it instead would run a finished handler a second time elsewhere.
+        entries = [e for e in self.inflight.values() if not e.completing]
         leases = [(e.run_id, e.lease_token) for e in entries]
         for e in entries:
             e.released = True
@@ -378,12 +390,12 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _no_handler(type_name: str) -> ChildResult:
+def _not_run(error: str) -> ChildResult:
     return ChildResult(
         outcome="spawn_failed",
         exit_code=None,
         signal=None,
-        error=f"no handler registered for type {type_name!r} on this host",
+        error=error,
         stdout_tail="",
         stderr_tail="",
         cpu_seconds=None,

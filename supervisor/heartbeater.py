@@ -42,10 +42,12 @@ class Heartbeater(Loop):
         sent_at = time.monotonic()
         try:
             ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
+            # Apply the renewal before anything else can fail: a lost worker touch must not
+            # throw away leases the database just extended (the fence would act on stale ones).
+            self.renewals += len(ok)
+            self.renewed(leases, ok, sent_at)
             await self.store.touch_worker(self.owner, self.running())
         except Exception:
             self.failures += 1
             raise
-        self.renewals += len(ok)
-        self.renewed(leases, ok, sent_at)
         return None

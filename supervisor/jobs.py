@@ -7,6 +7,7 @@ writes nothing, and a schedule change replans in the same transaction.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -94,16 +95,18 @@ def validate_job(body: Any, base: dict[str, Any] | None = None) -> dict[str, Any
                 errors.append(InvalidSpec(required, "is required"))
 
     if "name" in body:
-        if not isinstance(body["name"], str) or not NAME.match(body["name"]):
+        if not isinstance(body["name"], str) or not NAME.fullmatch(body["name"]):
             errors.append(InvalidSpec("name", "must be 1-200 letters, digits or -_.:"))
         out["name"] = body["name"]
     if "type" in body:
-        if not isinstance(body["type"], str) or not TYPE.match(body["type"]):
+        if not isinstance(body["type"], str) or not TYPE.fullmatch(body["type"]):
             errors.append(InvalidSpec("type", "must be 1-100 letters, digits or -_.:"))
         out["type"] = body["type"]
     if "payload" in body:
         if not isinstance(body["payload"], dict):
             errors.append(InvalidSpec("payload", "must be a JSON object"))
+        elif problem := unstorable(body["payload"]):
+            errors.append(InvalidSpec("payload", problem))
         out["payload"] = body["payload"]
     if "max_attempts" in body:
         out["max_attempts"] = _number(errors, "max_attempts", body["max_attempts"], 1, 100, True)
@@ -195,6 +198,62 @@ def _validate_schedule(
         errors.append(InvalidSpec("run_at", "must be an ISO-8601 instant with a UTC offset"))
 
 
+def unstorable(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this parsed JSON value, or None if it stores.
+
+    jsonb rejects NUL characters, unpaired surrogates and non-finite numbers, which
+    Python's json module lets through; catching them here keeps them a 422, not a 500.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "must not contain NUL characters (\\u0000)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "must not contain unpaired UTF-16 surrogates"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+    return None
+
+
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+TRIGGER_FIELDS = {"payload"}
+
+
+def validate_trigger(body: Any, key: str | None) -> dict[str, Any] | None:
+    """A trigger request -> the payload override (None: the job's own).
+
+    `body` is the parsed JSON body ({} when there is none); `key` the Idempotency-Key header.
+    """
+    errors: list[InvalidSpec] = []
+    payload = None
+    if not isinstance(body, dict):
+        errors.append(InvalidSpec("body", "must be a JSON object"))
+    else:
+        for name in sorted(set(body) - TRIGGER_FIELDS):
+            errors.append(InvalidSpec(name, "unknown field"))
+        payload = body.get("payload")
+        if payload is not None and not isinstance(payload, dict):
+            errors.append(InvalidSpec("payload", "must be a JSON object or null"))
+        elif payload is not None and (problem := unstorable(payload)):
+            errors.append(InvalidSpec("payload", problem))
+    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
+        errors.append(
+            InvalidSpec("Idempotency-Key", "must be 1-255 visible ASCII characters, no spaces")
+        )
+    if errors:
+        raise InvalidSpecs(errors)
+    return payload
+
+
 def job_fields(row: Record) -> dict[str, Any]:
     """An existing job row as the fields validate_job merges a PATCH into."""
     return {k: row[k] for k in DEFAULTS | {"name": None, "type": None}}
@@ -225,6 +284,8 @@ async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -
             if any(current[k] != row[k] for k in SCHEDULE_FIELDS):
                 await tx.delete_unstarted_future_runs(job_id)
                 await tx.reset_job_plan(job_id)
+                if row["cron"] is None:  # a one-off is planned once, from a NULL mark
+                    await tx.replan_one_off(job_id)
             await tx.sync_unstarted_runs(
                 job_id, row["type"], row["overlap"] != Overlap.ALLOW, row["max_attempts"]
             )
@@ -262,3 +323,45 @@ async def set_paused(store: Store, job_id: int, paused: bool, limits: PlanLimits
             await _plan_now(tx, job_id, limits)
             await tx.notify_wake()
     return row
+
+
+async def trigger_job(
+    store: Store, job_id: int, payload: dict[str, Any] | None, key: str | None
+) -> tuple[int, bool]:
+    """Insert a manual run due now; returns (run id, created).
+
+    With an idempotency key, a repeated request returns the run the first one created
+    (a different payload for the same key is a conflict). A paused job's run waits for
+    the resume, like its scheduled runs.
+    """
+    async with store.transaction() as tx:
+        # A retry shifts scheduled_at by a microsecond when a planned run holds the instant.
+        for shift_us in range(4):
+            run_id = await tx.trigger_run(job_id, payload, key, shift_us)
+            if run_id is not None:
+                await tx.notify_wake()
+                return run_id, True
+            if key is not None:
+                existing = await tx.run_by_idempotency_key(job_id, key)
+                if existing is not None:
+                    if existing["payload"] != payload:
+                        raise Conflict(
+                            "Idempotency-Key: this key was used for a trigger with a different"
+                            " payload"
+                        )
+                    return int(existing["id"]), False
+            if await tx.get_job(job_id) is None:
+                raise NotFound(f"job {job_id} not found")
+    raise Conflict(f"job {job_id}: could not find a free instant for a manual run; retry")
+
+
+async def job_warnings(store: Store, row: Record) -> list[str]:
+    """Accepted but worth saying: no live worker offers the type, or the job is paused."""
+    warnings = []
+    if not await store.type_has_live_worker(row["type"]):
+        warnings.append(
+            f"type: no live worker offers type '{row['type']}'; its runs wait until one does"
+        )
+    if row["paused"]:
+        warnings.append("paused: the job is paused; its runs wait until it is resumed")
+    return warnings

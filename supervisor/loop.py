@@ -24,6 +24,13 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.QueryCanceledError,
+    # Reconnect storms after a restart can briefly exceed max_connections.
+    asyncpg.TooManyConnectionsError,
+    # asyncpg's protocol can be caught between the server's "terminating connection" error
+    # and the socket closing ("cannot switch to state 15; another operation (2) is in
+    # progress", MagicStack/asyncpg#784, #1069). The pool drops that connection on release;
+    # the next attempt gets a fresh one, so it is retried like any lost connection.
+    asyncpg.InternalClientError,
     ConnectionError,
     OSError,
     asyncio.TimeoutError,

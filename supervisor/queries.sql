@@ -158,7 +158,22 @@ RETURNING r.id, r.job_id, judged.reason;
 -- One short transaction: lock due runs of the types offered here, start them under a new
 -- lease token and record the attempt. Exclusive jobs (overlap skip/wait) start at most one
 -- run; runs_one_running_exclusive turns a cross-host race into a unique violation.
-WITH candidates AS (
+-- $5: NULL normally. After a claim whose outcome is unknown (the connection died around
+-- COMMIT) it lists the runs this host holds: any other run still leased to this host was
+-- claimed by the lost transaction and never started, so it goes back at once without
+-- using an attempt (as at shutdown), instead of waiting for the reaper to charge one.
+WITH orphans AS (
+    UPDATE runs r SET status = 'scheduled', run_after = now(), lease_owner = NULL,
+        lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
+        last_error = 'interrupted: claim reply lost, given back unstarted'
+    WHERE $5::bigint[] IS NOT NULL AND r.status = 'running' AND r.lease_owner = $3::text
+      AND r.id <> ALL($5::bigint[])
+    RETURNING r.id, r.attempts
+), orphan_attempts AS (
+    UPDATE run_attempts a SET finished_at = now(), outcome = 'interrupted',
+        error = 'interrupted: claim reply lost, given back unstarted'
+    FROM orphans o WHERE a.run_id = o.id AND a.attempt = o.attempts
+), candidates AS (
     SELECT r.id, r.job_id, r.exclusive, r.run_after FROM runs r
     JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
@@ -212,6 +227,9 @@ RETURNING r.id;
 -- name: complete_runs
 -- Fenced completion: a row only matches while our lease is current on the database
 -- clock. A run missing from the result is a late result: it is not recorded.
+-- Idempotent: when a batch committed but the reply was lost (connection killed), the retry
+-- finds its attempts already ended exactly as it would end them (same lease token, worker,
+-- outcome, error) and reports them recorded again instead of late.
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
                          $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
@@ -235,8 +253,17 @@ WITH t AS (
         cpu_seconds = t.cpu_seconds, peak_rss_bytes = t.peak_rss_bytes
     FROM done d JOIN t ON t.id = d.id
     WHERE a.run_id = d.id AND a.attempt = d.attempts
+), already AS (
+    -- Reads the snapshot from before `done` and `att`: nothing this statement ends is here.
+    SELECT a.run_id AS id, r.run_after FROM t
+    JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
+    JOIN runs r ON r.id = a.run_id
+    WHERE a.worker_id = $13::text AND a.finished_at IS NOT NULL
+      AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 )
-SELECT d.id, d.run_after, now() AS db_now FROM done d;
+SELECT d.id, d.run_after, now() AS db_now FROM done d
+UNION ALL
+SELECT y.id, y.run_after, now() AS db_now FROM already y;
 
 -- name: release_runs
 -- Graceful shutdown: give unfinished runs back without consuming an attempt (the budget
@@ -366,3 +393,171 @@ UPDATE workers SET last_seen_at = now(), running = $2::int WHERE id = $1::text;
 -- name: stop_worker
 UPDATE workers SET stopped_at = now(), running = 0, last_seen_at = now()
 WHERE id = $1::text;
+
+-- ---------------- api
+-- The management API's queries. History lists are keyset-paginated newest first on
+-- (scheduled_at, id); each list query is driven by one index (runs_history,
+-- runs_status_history or runs_job_history) and absent bounds are passed as +-infinity so
+-- the generic plan keeps them as index conditions.
+
+-- name: job_ids_by_name
+-- Deleted jobs keep their name in history, so a name may map to several ids.
+SELECT id FROM jobs WHERE name = $1::text ORDER BY id;
+
+-- name: type_has_live_worker
+SELECT EXISTS (
+    SELECT 1 FROM workers
+    WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 2 * lease_ttl)
+      AND $1::text = ANY (types));
+
+-- name: replan_one_off
+-- A one-off job whose time changed: its unstarted run belongs to the old time, and the
+-- planner plans a one-off only while planned_until is NULL.
+WITH gone AS (
+    DELETE FROM runs
+    WHERE job_id = $1::bigint AND status = 'scheduled' AND attempts = 0
+      AND trigger = 'schedule'
+)
+UPDATE jobs SET planned_until = NULL, plan_after = '-infinity' WHERE id = $1::bigint;
+
+-- name: trigger_run
+-- A manual run due now. ON CONFLICT covers both a repeated Idempotency-Key (the caller then
+-- reads the existing run) and the rare clash with a run planned at the same microsecond
+-- ($4 shifts scheduled_at by that many microseconds on a retry).
+INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, exclusive, max_attempts,
+                  payload, idempotency_key)
+SELECT j.id, now() + make_interval(secs => $4::int / 1e6), now() + make_interval(secs => $4::int / 1e6),
+       'manual', j.type, j.overlap <> 'allow', j.max_attempts, $2::jsonb, $3::text
+FROM jobs j WHERE j.id = $1::bigint AND j.deleted_at IS NULL
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+-- name: run_by_idempotency_key
+SELECT id, payload FROM runs WHERE job_id = $1::bigint AND idempotency_key = $2::text;
+
+-- name: get_run_detail
+SELECT r.*, j.name AS job_name, j.timezone FROM runs r JOIN jobs j ON j.id = r.job_id
+WHERE r.id = $1::bigint;
+
+-- name: list_run_attempts
+SELECT * FROM run_attempts WHERE run_id = $1::bigint ORDER BY attempt;
+
+-- name: list_runs_page
+-- All runs, newest first: runs_history. $1/$2 the cursor (exclusive), $3/$4 the scheduled
+-- range [after, before), $5/$6 the finished range (NULL: no filter).
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM (
+    SELECT * FROM runs
+    WHERE (scheduled_at, id) < ($1::timestamptz, $2::bigint)
+      AND scheduled_at >= $3::timestamptz AND scheduled_at < $4::timestamptz
+      AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
+    ORDER BY scheduled_at DESC, id DESC
+    LIMIT $7::int
+) r JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at DESC, r.id DESC;
+
+-- name: list_runs_by_status
+-- Runs in any of $1 statuses: one runs_status_history range per status, merged.
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM unnest($1::run_status[]) AS s (status)
+CROSS JOIN LATERAL (
+    SELECT * FROM runs x
+    WHERE x.status = s.status AND (x.scheduled_at, x.id) < ($2::timestamptz, $3::bigint)
+      AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
+      AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
+      AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
+    ORDER BY x.scheduled_at DESC, x.id DESC
+    LIMIT $8::int
+) r
+JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at DESC, r.id DESC
+LIMIT $8::int;
+
+-- name: list_runs_by_job
+-- Runs of the jobs $1 (a name may map to several ids), optionally in statuses $2:
+-- one runs_job_history range per job, merged.
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM unnest($1::bigint[]) AS s (job_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM runs x
+    WHERE x.job_id = s.job_id AND ($2::run_status[] IS NULL OR x.status = ANY ($2::run_status[]))
+      AND (x.scheduled_at, x.id) < ($3::timestamptz, $4::bigint)
+      AND x.scheduled_at >= $5::timestamptz AND x.scheduled_at < $6::timestamptz
+      AND ($7::timestamptz IS NULL OR x.finished_at >= $7::timestamptz)
+      AND ($8::timestamptz IS NULL OR x.finished_at < $8::timestamptz)
+    ORDER BY x.scheduled_at DESC, x.id DESC
+    LIMIT $9::int
+) r
+JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at DESC, r.id DESC
+LIMIT $9::int;
+
+-- name: requeue_run
+-- A dead or failed run is due again now with a fresh attempt budget; attempt numbers keep
+-- increasing so the history stays unique. The job's current type and overlap apply.
+UPDATE runs r SET status = 'scheduled', run_after = now(), finished_at = NULL,
+    skip_reason = NULL, max_attempts = r.attempts + j.max_attempts, type = j.type,
+    exclusive = j.overlap <> 'allow'
+FROM jobs j
+WHERE r.id = $1::bigint AND j.id = r.job_id AND j.deleted_at IS NULL
+  AND r.status IN ('dead', 'failed')
+RETURNING r.id;
+
+-- name: requeue_runs
+-- Bulk requeue with the list's filters ($1 statuses, a subset of dead and failed).
+UPDATE runs r SET status = 'scheduled', run_after = now(), finished_at = NULL,
+    skip_reason = NULL, max_attempts = r.attempts + j.max_attempts, type = j.type,
+    exclusive = j.overlap <> 'allow'
+FROM jobs j
+WHERE j.id = r.job_id AND j.deleted_at IS NULL
+  AND r.status = ANY ($1::run_status[]) AND r.status IN ('dead', 'failed')
+  AND ($2::bigint[] IS NULL OR r.job_id = ANY ($2::bigint[]))
+  AND r.scheduled_at >= $3::timestamptz AND r.scheduled_at < $4::timestamptz
+  AND ($5::timestamptz IS NULL OR r.finished_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR r.finished_at < $6::timestamptz);
+
+-- name: lock_run
+-- Cancel locks the run first: a claim that committed meanwhile is then visible to the next
+-- statement (its attempt row included), which a single statement's snapshot would miss.
+SELECT id, status FROM runs WHERE id = $1::bigint FOR UPDATE;
+
+-- name: cancel_waiting_run
+UPDATE runs SET status = 'cancelled', finished_at = now(), last_error = $2::text
+WHERE id = $1::bigint AND status IN ('scheduled', 'failed')
+RETURNING id;
+
+-- name: revoke_running_run
+-- Revoke the lease: the holder's next renewal finds nothing and kills the child, and its
+-- fenced completion matches no row (runs_lease_when_running needs the lease cleared).
+WITH revoked AS (
+    UPDATE runs SET status = 'cancelled', finished_at = now(), lease_owner = NULL,
+        lease_expires_at = NULL, last_error = $2::text
+    WHERE id = $1::bigint AND status = 'running'
+    RETURNING id, attempts
+), att AS (
+    UPDATE run_attempts a SET finished_at = now(), outcome = 'cancelled', error = $2::text
+    FROM revoked v
+    WHERE a.run_id = v.id AND a.attempt = v.attempts AND a.outcome = 'running'
+)
+SELECT id FROM revoked;
+
+-- name: list_workers
+-- Live workers and those seen within the last $1 seconds, live first.
+SELECT w.*,
+       (w.stopped_at IS NULL
+        AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)) AS live
+FROM workers w
+WHERE w.last_seen_at > now() - make_interval(secs => $1::float8)
+   OR (w.stopped_at IS NULL AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl))
+ORDER BY live DESC, w.last_seen_at DESC, w.id
+LIMIT $2::int;

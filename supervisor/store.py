@@ -207,9 +207,17 @@ class Store:
     # ------------------------------------------------------------ claiming and leases
 
     async def claim_runs(
-        self, types: Sequence[str], limit: int, owner: str, lease_ttl: float
+        self,
+        types: Sequence[str],
+        limit: int,
+        owner: str,
+        lease_ttl: float,
+        held: Sequence[int] | None = None,
     ) -> list[Record]:
-        return await self._fetch("claim_runs", list(types), limit, owner, lease_ttl)
+        """Claim due runs. `held` (the runs this host is running) is given only after a
+        claim whose outcome is unknown: runs leased to `owner` but not held go back."""
+        held_ids = None if held is None else list(held)
+        return await self._fetch("claim_runs", list(types), limit, owner, lease_ttl, held_ids)
 
     async def next_due_in(self, types: Sequence[str]) -> float | None:
         return cast(float | None, await self._fetchval("next_due_in", list(types)))
@@ -281,6 +289,94 @@ class Store:
     async def stop_worker(self, worker_id: str) -> None:
         await self._execute("stop_worker", worker_id)
 
+    # ------------------------------------------------------------ api
+
+    async def job_ids_by_name(self, name: str) -> list[int]:
+        return [r["id"] for r in await self._fetch("job_ids_by_name", name)]
+
+    async def type_has_live_worker(self, type: str) -> bool:
+        return bool(await self._fetchval("type_has_live_worker", type))
+
+    async def replan_one_off(self, job_id: int) -> None:
+        await self._execute("replan_one_off", job_id)
+
+    async def trigger_run(
+        self, job_id: int, payload: dict[str, Any] | None, key: str | None, shift_us: int = 0
+    ) -> int | None:
+        """Insert a manual run due now; None when the job is gone or a unique key clashed."""
+        return cast(int | None, await self._fetchval("trigger_run", job_id, payload, key, shift_us))
+
+    async def run_by_idempotency_key(self, job_id: int, key: str) -> Record | None:
+        return await self._fetchrow("run_by_idempotency_key", job_id, key)
+
+    async def get_run_detail(self, run_id: int) -> Record | None:
+        return await self._fetchrow("get_run_detail", run_id)
+
+    async def list_run_attempts(self, run_id: int) -> list[Record]:
+        return await self._fetch("list_run_attempts", run_id)
+
+    async def list_runs_page(
+        self, before: RunKey, scheduled: TimeRange, finished: OpenRange, limit: int
+    ) -> list[Record]:
+        return await self._fetch("list_runs_page", *before, *scheduled, *finished, limit)
+
+    async def list_runs_by_status(
+        self,
+        statuses: Sequence[str],
+        before: RunKey,
+        scheduled: TimeRange,
+        finished: OpenRange,
+        limit: int,
+    ) -> list[Record]:
+        return await self._fetch(
+            "list_runs_by_status", list(statuses), *before, *scheduled, *finished, limit
+        )
+
+    async def list_runs_by_job(
+        self,
+        job_ids: Sequence[int],
+        statuses: Sequence[str] | None,
+        before: RunKey,
+        scheduled: TimeRange,
+        finished: OpenRange,
+        limit: int,
+    ) -> list[Record]:
+        return await self._fetch(
+            "list_runs_by_job",
+            list(job_ids),
+            None if statuses is None else list(statuses),
+            *before,
+            *scheduled,
+            *finished,
+            limit,
+        )
+
+    async def requeue_run(self, run_id: int) -> int | None:
+        return cast(int | None, await self._fetchval("requeue_run", run_id))
+
+    async def requeue_runs(
+        self,
+        statuses: Sequence[str],
+        job_ids: Sequence[int] | None,
+        scheduled: TimeRange,
+        finished: OpenRange,
+    ) -> int:
+        ids = None if job_ids is None else list(job_ids)
+        status = await self._execute("requeue_runs", list(statuses), ids, *scheduled, *finished)
+        return _rowcount(status)
+
+    async def lock_run(self, run_id: int) -> Record | None:
+        return await self._fetchrow("lock_run", run_id)
+
+    async def cancel_waiting_run(self, run_id: int, reason: str) -> int | None:
+        return cast(int | None, await self._fetchval("cancel_waiting_run", run_id, reason))
+
+    async def revoke_running_run(self, run_id: int, reason: str) -> int | None:
+        return cast(int | None, await self._fetchval("revoke_running_run", run_id, reason))
+
+    async def list_workers(self, recent_seconds: float, limit: int) -> list[Record]:
+        return await self._fetch("list_workers", recent_seconds, limit)
+
 
 # (job_id, scheduled_at, type, exclusive, max_attempts, status, skip_reason)
 PlannedRow = tuple[int, datetime, str, bool, int, str, str | None]
@@ -300,6 +396,12 @@ Completion = tuple[
     float | None,
     int | None,
 ]
+
+# API history lists: a keyset position (scheduled_at, id), a [from, to) range with
+# +-infinity for an open end, and a range whose ends may be absent (no filter).
+RunKey = tuple[datetime, int]
+TimeRange = tuple[datetime, datetime]
+OpenRange = tuple[datetime | None, datetime | None]
 
 
 def _rowcount(status: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,12 +23,16 @@ def job(name: str, type: str = "echo", **kw: Any) -> dict[str, Any]:
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[Any]], timeout: float = DEADLINE, what: str = "condition"
+    predicate: Callable[[], Awaitable[Any] | Any],
+    timeout: float = DEADLINE,
+    what: str = "condition",
 ) -> Any:
-    """Poll an async predicate every 20 ms until it is truthy; fail after `timeout`."""
+    """Poll a predicate (async or plain) every 20 ms until it is truthy; fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await predicate()
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:

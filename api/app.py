@@ -1,0 +1,145 @@
+"""The management API process: composes the routes and middlewares, and serves them.
+
+`create_app` does no I/O (the caller owns the pool); `serve` is `punchclock api`: it checks
+the exposure rules and the schema, listens, logs where, and stops cleanly on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from api import openapi, routes_jobs, routes_runs
+from api.auth import ROLE_KEY, Tokens, auth_middleware, check_exposure
+from api.problems import Handler, error_middleware
+from api.state import CONFIG, LIMITS, STORE
+from supervisor.config import Config, parse_listen
+from supervisor.errors import PunchclockError
+from supervisor.log import log_event
+from supervisor.planning import PlanLimits
+from supervisor.store import Store, create_pool, migrate, pending_migrations
+
+log = logging.getLogger("punchclock.api")
+
+
+@web.middleware
+async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One line per request: method, path (never the query, headers or body), status."""
+    started = time.monotonic()
+    response = await handler(request)
+    log_event(
+        log,
+        "http_request",
+        method=request.method,
+        path=request.path,
+        status=response.status,
+        role=request.get(ROLE_KEY),
+        duration_ms=round((time.monotonic() - started) * 1000, 2),
+    )
+    return response
+
+
+def plan_limits(cfg: Config) -> PlanLimits:
+    return PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs)
+
+
+def create_app(
+    cfg: Config, store: Store, *, extra_routes: list[web.RouteDef] | None = None
+) -> web.Application:
+    """The API application. `extra_routes` (metrics, health) are served without auth."""
+    app = web.Application(
+        client_max_size=cfg.api_max_body,
+        middlewares=[
+            request_log,
+            error_middleware(cfg.api_max_body),
+            auth_middleware(Tokens.parse(cfg.api_tokens)),
+        ],
+    )
+    app[CONFIG] = cfg
+    app[STORE] = store
+    app[LIMITS] = plan_limits(cfg)
+    app.add_routes(routes_jobs.routes)
+    app.add_routes(routes_runs.routes)
+    app.add_routes(openapi.routes)
+    if extra_routes:
+        app.add_routes(extra_routes)
+    return app
+
+
+async def serve(
+    cfg: Config,
+    *,
+    auto_migrate: bool = False,
+    extra_routes: list[web.RouteDef] | None = None,
+    stop: asyncio.Event | None = None,
+    on_listening: Callable[[list[str]], None] | None = None,
+) -> int:
+    """Run the API until SIGTERM/SIGINT (or `stop`). Returns the exit status."""
+    tokens = Tokens.parse(cfg.api_tokens)
+    host, port = parse_listen(cfg.api_listen)
+    check_exposure(host, tokens)
+    try:
+        pool = await create_pool(cfg.database_url, min_size=1, max_size=10)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise PunchclockError(f"cannot connect to the database: {exc}") from None
+    runner: web.AppRunner | None = None
+    try:
+        async with pool.acquire() as conn:
+            if auto_migrate:
+                await migrate(conn)
+            pending = await pending_migrations(conn)
+        if pending:
+            raise PunchclockError(
+                f"the database needs migrations {', '.join(pending)}; run `punchclock migrate`"
+            )
+        app = create_app(cfg, Store(pool), extra_routes=extra_routes)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        urls = [_url(addr) for addr in runner.addresses]
+        log_event(
+            log,
+            "api_listening",
+            urls=urls,
+            auth="bearer tokens" if tokens.entries else "none (loopback only)",
+            tokens=len(tokens.entries),
+        )
+        if not tokens.entries:
+            log_event(
+                log,
+                "api_unauthenticated",
+                level=logging.WARNING,
+                detail="no API tokens configured: serving without authentication, on "
+                "loopback only; configure api_tokens to listen elsewhere",
+            )
+        if on_listening is not None:
+            on_listening(urls)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        log_event(log, "api_stopping")
+        return 0
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await pool.close()
+
+
+def _url(addr: Any) -> str:
+    host, port = addr[0], addr[1]  # (host, port) for IPv4, (host, port, flow, scope) for IPv6
+    host = f"[{host}]" if ":" in str(host) else host
+    return f"http://{host}:{port}"

@@ -1,0 +1,354 @@
+"""`punchclock jobs ...` and `punchclock runs ...`: the management API over HTTP.
+
+Standard library only (urllib), so registering the subcommands costs nothing. The URL and
+token come from --api-url/--api-token or PUNCHCLOCK_API_URL/PUNCHCLOCK_API_TOKEN. Output is a
+readable table, or the API's JSON with --json. Exit status: 0 ok, 1 failed (not found,
+conflict, auth, unreachable), 2 usage or invalid input (including the API's 400 and 422).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from api import client_format as fmt
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_URL = "http://127.0.0.1:8080"
+STATUSES = ["scheduled", "running", "succeeded", "failed", "dead", "cancelled", "skipped"]
+
+
+class ClientError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ApiClient:
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """The decoded JSON answer; raises ClientError for a problem or no answer."""
+        url = self.url + path
+        pairs = [(k, v) for k, v in (query or []) if v is not None]
+        if pairs:
+            url += "?" + urllib.parse.urlencode(pairs)
+        all_headers = {"Accept": "application/json", **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            all_headers["Content-Type"] = "application/json"
+        if self.token:
+            all_headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise _problem(exc.code, exc.read()) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ClientError(f"cannot reach the API at {self.url}: {reason}") from None
+
+
+def _problem(status: int, raw: bytes) -> ClientError:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    detail = data.get("detail") or raw[:200].decode("utf-8", "replace")
+    errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
+    if errors:  # the detail repeats them: one line per field instead
+        lines = [f"{status} {data.get('title', 'error')}:"]
+        lines += [f"  {e.get('field')}: {e.get('message')}" for e in errors]
+    else:
+        lines = [f"{status} {data.get('title', 'error')}: {detail}"]
+    code = EXIT_USAGE if status in (400, 413, 422) else EXIT_FAILED
+    return ClientError("\n".join(lines), code)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    url = args.api_url or os.environ.get("PUNCHCLOCK_API_URL") or DEFAULT_URL
+    token = args.api_token or os.environ.get("PUNCHCLOCK_API_TOKEN") or None
+    return ApiClient(url, token)
+
+
+def _json_arg(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ClientError(f"{flag}: not valid JSON: {exc}", EXIT_USAGE) from None
+
+
+def _job_id(api: ApiClient, ref: str) -> int:
+    """A job given by id or by name."""
+    if ref.isdigit():
+        return int(ref)
+    cursor = None
+    while True:
+        page = api.call(
+            "GET", "/v1/jobs", query=[("name_prefix", ref), ("limit", 500), ("cursor", cursor)]
+        )
+        for job in page["jobs"]:
+            if job["name"] == ref:
+                return int(job["id"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            raise ClientError(f"no job named {ref!r}")
+
+
+def _pages(api: ApiClient, path: str, key: str, query: list[tuple[str, Any]], every: bool) -> Any:
+    page = api.call("GET", path, query=query)
+    if not every:
+        return page
+    items = list(page[key])
+    while page["next_cursor"]:
+        page = api.call("GET", path, query=[*query, ("cursor", page["next_cursor"])])
+        items.extend(page[key])
+    return {key: items, "next_cursor": None}
+
+
+def _out(args: argparse.Namespace, data: Any, render: Any) -> int:
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(render(data))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def _job_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.file:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        body = _json_arg(text, "--file")
+        if not isinstance(body, dict):
+            raise ClientError("--file: must hold a JSON object", EXIT_USAGE)
+    simple = {
+        "name": args.name,
+        "type": args.type,
+        "cron": args.cron,
+        "run_at": args.run_at,
+        "timezone": args.timezone,
+        "max_attempts": args.max_attempts,
+        "timeout_seconds": args.timeout,
+        "catchup": args.catchup,
+        "catchup_window_seconds": args.catchup_window,
+        "overlap": args.overlap,
+        "paused": args.paused,
+    }
+    body.update({k: v for k, v in simple.items() if v is not None})
+    if args.payload is not None:
+        body["payload"] = _json_arg(args.payload, "--payload")
+    retry = {"base_seconds": args.retry_base, "cap_seconds": args.retry_cap}
+    if any(v is not None for v in retry.values()):
+        given = {k: v for k, v in retry.items() if v is not None}
+        body["retry"] = {**body.get("retry", {}), **given}
+    return body
+
+
+def jobs_list(args: argparse.Namespace) -> int:
+    api = _client(args)
+    paused = None if args.paused is None else str(args.paused).lower()
+    query = [
+        ("type", args.type),
+        ("paused", paused),
+        ("name_prefix", args.name_prefix),
+        ("limit", args.limit),
+        ("cursor", args.cursor),
+    ]
+    return _out(args, _pages(api, "/v1/jobs", "jobs", query, args.all), fmt.jobs_table)
+
+
+def jobs_show(args: argparse.Namespace) -> int:
+    api = _client(args)
+    return _out(args, api.call("GET", f"/v1/jobs/{_job_id(api, args.job)}"), fmt.job_card)
+
+
+def jobs_create(args: argparse.Namespace) -> int:
+    data = _client(args).call("POST", "/v1/jobs", body=_job_body(args))
+    return _out(args, data, fmt.job_card)
+
+
+def jobs_update(args: argparse.Namespace) -> int:
+    api = _client(args)
+    body = _job_body(args)
+    if not body:
+        raise ClientError("nothing to change: give at least one field", EXIT_USAGE)
+    data = api.call("PATCH", f"/v1/jobs/{_job_id(api, args.job)}", body=body)
+    return _out(args, data, fmt.job_card)
+
+
+def jobs_action(args: argparse.Namespace) -> int:
+    api = _client(args)
+    job_id = _job_id(api, args.job)
+    if args.action == "delete":
+        data = api.call("DELETE", f"/v1/jobs/{job_id}")
+        return _out(args, data, fmt.deleted)
+    return _out(args, api.call("POST", f"/v1/jobs/{job_id}/{args.action}"), fmt.job_card)
+
+
+def jobs_trigger(args: argparse.Namespace) -> int:
+    api = _client(args)
+    job_id = _job_id(api, args.job)
+    body = None if args.payload is None else {"payload": _json_arg(args.payload, "--payload")}
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    data = api.call("POST", f"/v1/jobs/{job_id}/trigger", body=body, headers=headers)
+    return _out(args, data, fmt.run_card)
+
+
+# ---------------------------------------------------------------- runs
+
+
+def _run_filters(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    query: list[tuple[str, Any]] = []
+    if args.job is not None:
+        query.append(("job_id" if args.job.isdigit() else "job_name", args.job))
+    query += [("status", s) for s in args.status or []]
+    for name in ("scheduled_after", "scheduled_before", "finished_after", "finished_before"):
+        query.append((name, getattr(args, name)))
+    return query
+
+
+def runs_list(args: argparse.Namespace) -> int:
+    query = [*_run_filters(args), ("limit", args.limit), ("cursor", args.cursor)]
+    data = _pages(_client(args), "/v1/runs", "runs", query, args.all)
+    return _out(args, data, fmt.runs_table)
+
+
+def runs_show(args: argparse.Namespace) -> int:
+    return _out(args, _client(args).call("GET", f"/v1/runs/{args.run}"), fmt.run_card)
+
+
+def runs_requeue(args: argparse.Namespace) -> int:
+    api = _client(args)
+    if args.run is not None:
+        data = api.call("POST", f"/v1/runs/{args.run}/requeue")
+    elif args.bulk:
+        data = api.call("POST", "/v1/runs/requeue", query=_run_filters(args))
+    else:
+        raise ClientError("give a run id, or --bulk to requeue every matching dead run", EXIT_USAGE)
+    return _out(args, data, lambda d: f"requeued {d['requeued']} run(s)")
+
+
+def runs_cancel(args: argparse.Namespace) -> int:
+    return _out(args, _client(args).call("POST", f"/v1/runs/{args.run}/cancel"), fmt.run_card)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _wrap(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            code: int = func(args)
+            return code
+        except ClientError as exc:
+            print(f"punchclock: {exc}", file=sys.stderr)
+            return exc.code
+
+    return run
+
+
+def _leaf(sub: Any, name: str, help: str, func: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    p.add_argument("--api-url", help=f"API base URL [PUNCHCLOCK_API_URL, default {DEFAULT_URL}]")
+    p.add_argument("--api-token", help="bearer token [PUNCHCLOCK_API_TOKEN]")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    p.set_defaults(func=_wrap(func))
+    return p
+
+
+def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
+    p.add_argument("--file", help="a JSON job body to start from ('-': stdin)")
+    p.add_argument("--name", required=False, help="unique name (letters, digits, -_.:)")
+    p.add_argument("--type", help="handler type name")
+    p.add_argument("--cron", help="cron expression (5 fields, or 6 with seconds)")
+    p.add_argument("--run-at", help="one-off instant, ISO-8601 with an offset")
+    p.add_argument("--timezone", help="IANA zone of the cron expression (default UTC)")
+    p.add_argument("--payload", help="JSON object given to the handler on stdin")
+    p.add_argument("--max-attempts", type=int, help="1-100 (default 3)")
+    p.add_argument("--timeout", type=float, help="seconds, 1 to 604800 (default 1 h)")
+    p.add_argument("--retry-base", type=float, help="retry backoff base, seconds")
+    p.add_argument("--retry-cap", type=float, help="retry backoff cap, seconds")
+    p.add_argument("--catchup", choices=["latest", "all", "none"])
+    p.add_argument("--catchup-window", type=float, help="seconds")
+    p.add_argument("--overlap", choices=["allow", "skip", "wait"])
+    if create:
+        p.add_argument("--paused", action="store_true", default=None, help="create paused")
+    else:
+        p.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+
+
+def _run_filter_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", help="job id or name")
+    p.add_argument("--status", action="append", choices=STATUSES, help="repeatable")
+    for name in ("scheduled-after", "scheduled-before", "finished-after", "finished-before"):
+        p.add_argument(f"--{name}", help="ISO-8601 instant with an offset")
+
+
+def register_client_commands(sub: Any) -> None:
+    jobs = sub.add_parser("jobs", help="manage jobs through the API")
+    jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="SUBCOMMAND")
+    p = _leaf(jsub, "list", "list jobs", jobs_list)
+    p.add_argument("--type")
+    p.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--name-prefix")
+    p.add_argument("--limit", type=int, help="page size, 1-500 (default 100)")
+    p.add_argument("--cursor", help="next_cursor of a previous page")
+    p.add_argument("--all", action="store_true", help="follow every page")
+    p = _leaf(jsub, "show", "show a job and its next instants", jobs_show)
+    p.add_argument("job", help="job id or name")
+    _job_flags(_leaf(jsub, "create", "create a job", jobs_create), create=True)
+    p = _leaf(jsub, "update", "change a job's fields", jobs_update)
+    p.add_argument("job", help="job id or name")
+    _job_flags(p, create=False)
+    for action, text in (("pause", "pause"), ("resume", "resume"), ("delete", "delete")):
+        p = _leaf(jsub, action, f"{text} a job", jobs_action)
+        p.add_argument("job", help="job id or name")
+        p.set_defaults(action=action)
+    p = _leaf(jsub, "trigger", "run a job now", jobs_trigger)
+    p.add_argument("job", help="job id or name")
+    p.add_argument("--payload", help="JSON object replacing the job's payload for this run")
+    p.add_argument("--idempotency-key", help="a retried trigger with this key is not repeated")
+
+    runs = sub.add_parser("runs", help="inspect, requeue and cancel runs through the API")
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
+    p = _leaf(rsub, "list", "list runs, newest first", runs_list)
+    _run_filter_flags(p)
+    p.add_argument("--limit", type=int, help="page size, 1-500 (default 100)")
+    p.add_argument("--cursor", help="next_cursor of a previous page")
+    p.add_argument("--all", action="store_true", help="follow every page")
+    p = _leaf(rsub, "show", "show a run with all its attempts", runs_show)
+    p.add_argument("run", type=int)
+    p = _leaf(rsub, "requeue", "requeue a dead or failed run (or --bulk)", runs_requeue)
+    p.add_argument("run", type=int, nargs="?")
+    p.add_argument("--bulk", action="store_true", help="every dead run matching the filters")
+    _run_filter_flags(p)
+    p = _leaf(rsub, "cancel", "cancel a scheduled or running run", runs_cancel)
+    p.add_argument("run", type=int)

@@ -1,0 +1,289 @@
+"""The OpenAPI 3.1 document of the API, written as data, served at GET /openapi.json.
+
+It mirrors api/views.py (responses, see openapi_schemas), supervisor/jobs.py (job fields)
+and the routes; the tests validate it, compare its paths with the router and run
+schemathesis against the live app, so a drift shows up there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from api.openapi_schemas import (
+    BOOL,
+    ID,
+    INT,
+    NAME,
+    PAYLOAD,
+    SCHEMAS,
+    STR,
+    TIME,
+    TYPE,
+    J,
+    enum,
+    null,
+    obj,
+    ref,
+)
+from supervisor import __version__
+from supervisor.model import RunStatus
+
+routes = web.RouteTableDef()
+
+# ---------------------------------------------------------------- operations
+
+ERRORS = {
+    400: "malformed JSON",
+    401: "no or unknown bearer token",
+    403: "the token's role may not do this",
+    404: "not found",
+    409: "conflicts with the current state",
+    413: "the body exceeds the limit",
+    422: "an invalid field or query parameter (errors names each)",
+    503: "the database is unavailable",
+}
+
+
+def responses(ok: dict[int, tuple[str, J]], *errors: int, links: J | None = None) -> J:
+    out: J = {
+        str(code): {"description": text, "content": {"application/json": {"schema": schema}}}
+        for code, (text, schema) in ok.items()
+    }
+    if links:
+        for code in ok:
+            out[str(code)]["links"] = links
+    for code in sorted({401, 403, 422, 503, *errors}):
+        out[str(code)] = {
+            "description": ERRORS[code],
+            "content": {"application/problem+json": {"schema": ref("Problem")}},
+        }
+    return out
+
+
+def param(name: str, where: str, schema: J, text: str, **kw: Any) -> J:
+    return {"name": name, "in": where, "schema": schema, "description": text, **kw}
+
+
+def page(item: str, key: str) -> J:
+    return obj({key: {"type": "array", "items": ref(item)}, "next_cursor": null(STR)})
+
+
+PATH_ID = param("id", "path", ID, "the id", required=True)
+LIMIT = param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size")
+CURSOR = param("cursor", "query", STR, "next_cursor of the previous page (same filters)")
+RUN_FILTERS = [
+    param("job_id", "query", ID, "runs of this job"),
+    param("job_name", "query", {"type": "string", "pattern": NAME}, "runs of jobs so named"),
+    param(
+        "status",
+        "query",
+        {"type": "array", "items": enum(RunStatus)},
+        "any of these statuses (repeatable)",
+        style="form",
+        explode=True,
+    ),
+    param("scheduled_after", "query", TIME, "scheduled at or after"),
+    param("scheduled_before", "query", TIME, "scheduled before"),
+    param("finished_after", "query", TIME, "finished at or after"),
+    param("finished_before", "query", TIME, "finished before"),
+]
+
+
+def body(schema: J, required: bool = True) -> J:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+JOB_OK = ("the job, its next instants and warnings", ref("JobDetail"))
+
+
+def _links(pointer: str, *operations: str) -> J:
+    """OpenAPI links: where the id in a response can be used next (stateful testing)."""
+    return {
+        op[0].upper() + op[1:]: {
+            "operationId": op,
+            "parameters": {"id": f"$response.body#{pointer}"},
+        }
+        for op in operations
+    }
+
+
+JOB_LINKS = _links("/id", "getJob", "updateJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob")
+RUN_LINKS = _links("/id", "getRun", "cancelRun", "requeueRun")
+RUN_OK = ("the run with its attempts", ref("RunDetail"))
+PATHS: J = {
+    "/v1/jobs": {
+        "post": {
+            "operationId": "createJob",
+            "summary": "Create a job (exactly one of cron or run_at)",
+            "requestBody": body(ref("JobCreate")),
+            "responses": responses({201: JOB_OK}, 400, 409, 413, links=JOB_LINKS),
+        },
+        "get": {
+            "operationId": "listJobs",
+            "summary": "List jobs by id",
+            "parameters": [
+                param("type", "query", {"type": "string", "pattern": TYPE}, "handler type"),
+                param("paused", "query", BOOL, "paused or not"),
+                param("name_prefix", "query", {"type": "string", "pattern": NAME}, "name prefix"),
+                LIMIT,
+                CURSOR,
+            ],
+            "responses": responses({200: ("a page of jobs", page("Job", "jobs"))}),
+        },
+    },
+    "/v1/jobs/{id}": {
+        "parameters": [PATH_ID],
+        "get": {"operationId": "getJob", "responses": responses({200: JOB_OK}, 404)},
+        "patch": {
+            "operationId": "updateJob",
+            "summary": "Change any fields; a schedule change replans at once",
+            "requestBody": body(ref("JobPatch")),
+            "responses": responses({200: JOB_OK}, 400, 404, 409, 413),
+        },
+        "delete": {
+            "operationId": "deleteJob",
+            "summary": "Delete; unstarted runs are cancelled, history stays",
+            "responses": responses(
+                {
+                    200: (
+                        "deleted",
+                        obj({"id": ID, "deleted": BOOL, "cancelled_runs": INT}),
+                    )
+                },
+                404,
+            ),
+        },
+    },
+    "/v1/jobs/{id}/pause": {
+        "parameters": [PATH_ID],
+        "post": {"operationId": "pauseJob", "responses": responses({200: JOB_OK}, 404)},
+    },
+    "/v1/jobs/{id}/resume": {
+        "parameters": [PATH_ID],
+        "post": {"operationId": "resumeJob", "responses": responses({200: JOB_OK}, 404)},
+    },
+    "/v1/jobs/{id}/trigger": {
+        "parameters": [PATH_ID],
+        "post": {
+            "operationId": "triggerJob",
+            "summary": "Run now, optionally with a payload for this run only",
+            "parameters": [
+                param(
+                    "Idempotency-Key",
+                    "header",
+                    {"type": "string", "pattern": "^[!-~]{1,255}$"},
+                    "a retried request with the same key returns the same run",
+                )
+            ],
+            "requestBody": body(obj({"payload": null(PAYLOAD)}, required=[]), required=False),
+            "responses": responses(
+                {201: ("the new run", ref("RunDetail")), 200: ("the key's run", ref("RunDetail"))},
+                400,
+                404,
+                409,
+                413,
+                links=RUN_LINKS,
+            ),
+        },
+    },
+    "/v1/runs": {
+        "get": {
+            "operationId": "listRuns",
+            "summary": "Runs newest first (scheduled_at, id), keyset-paginated",
+            "parameters": [*RUN_FILTERS, LIMIT, CURSOR],
+            "responses": responses({200: ("a page of runs", page("Run", "runs"))}),
+        }
+    },
+    "/v1/runs/requeue": {
+        "post": {
+            "operationId": "requeueRuns",
+            "summary": "Requeue every dead (or failed) run the filters match",
+            "parameters": RUN_FILTERS,
+            "responses": responses({200: ("how many moved", obj({"requeued": INT}))}),
+        }
+    },
+    "/v1/runs/{id}": {
+        "parameters": [PATH_ID],
+        "get": {"operationId": "getRun", "responses": responses({200: RUN_OK}, 404)},
+    },
+    "/v1/runs/{id}/requeue": {
+        "parameters": [PATH_ID],
+        "post": {
+            "operationId": "requeueRun",
+            "summary": "A dead or failed run runs again now with a fresh attempt budget",
+            "responses": responses(
+                {200: ("requeued", obj({"requeued": INT, "run": ref("RunDetail")}))}, 404, 409
+            ),
+        },
+    },
+    "/v1/runs/{id}/cancel": {
+        "parameters": [PATH_ID],
+        "post": {
+            "operationId": "cancelRun",
+            "summary": "Cancel a waiting run, or revoke a running run's lease",
+            "responses": responses({200: RUN_OK}, 404, 409),
+        },
+    },
+    "/v1/workers": {
+        "get": {
+            "operationId": "listWorkers",
+            "summary": "Live workers and those seen in the last 24 hours",
+            "responses": responses(
+                {200: ("workers", obj({"workers": {"type": "array", "items": ref("Worker")}}))}
+            ),
+        }
+    },
+    "/v1/schedule/preview": {
+        "get": {
+            "operationId": "previewSchedule",
+            "parameters": [
+                param("cron", "query", STR, "the cron expression", required=True),
+                param("timezone", "query", STR, "IANA zone (default UTC)"),
+                param(
+                    "count", "query", {"type": "integer", "minimum": 1, "maximum": 100}, "how many"
+                ),
+                param("after", "query", TIME, "start after this instant (default now)"),
+            ],
+            "responses": responses(
+                {
+                    200: (
+                        "the next instants",
+                        obj(
+                            {
+                                "cron": STR,
+                                "timezone": STR,
+                                "instants": {"type": "array", "items": ref("Instant")},
+                            }
+                        ),
+                    )
+                }
+            ),
+        }
+    },
+}
+
+
+def document() -> J:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "punchclock management API",
+            "version": __version__,
+            "description": "Jobs, triggers, run history and dead runs. Errors are "
+            "application/problem+json (RFC 9457). Without configured tokens the API serves "
+            "loopback only, unauthenticated.",
+        },
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+@routes.get("/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.json_response(document())

@@ -1,0 +1,193 @@
+"""OpenAPI 3.1 component schemas: the shapes of api/views.py and supervisor/jobs.py fields.
+
+Builders (obj, null, ref) keep the document short; api/openapi.py uses them for the paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.model import Catchup, Outcome, Overlap, RunStatus, Trigger
+
+J = dict[str, Any]
+MAX_ID = 2**63 - 1
+NAME = "^[A-Za-z0-9_.:-]{1,200}$"
+TYPE = "^[A-Za-z0-9_.:-]{1,100}$"
+
+
+def ref(name: str) -> J:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(props: J, required: list[str] | None = None, extra: bool = False) -> J:
+    schema: J = {"type": "object", "properties": props, "additionalProperties": extra}
+    schema["required"] = list(props) if required is None else required
+    return schema
+
+
+def null(schema: J) -> J:
+    """The same schema, or null."""
+    out = dict(schema)
+    out["type"] = [schema["type"], "null"]
+    return out
+
+
+STR: J = {"type": "string"}
+INT: J = {"type": "integer"}
+NUM: J = {"type": "number"}
+BOOL: J = {"type": "boolean"}
+TIME: J = {"type": "string", "format": "date-time"}
+PAYLOAD: J = {"type": "object", "description": "any JSON object"}
+ID: J = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+
+
+def enum(values: Any) -> J:
+    return {"type": "string", "enum": [v.value for v in values]}
+
+
+RETRY = obj(
+    {
+        "base_seconds": {"type": "number", "minimum": 0, "maximum": 86400},
+        "cap_seconds": {"type": "number", "minimum": 0, "maximum": 604800},
+    },
+    required=[],
+)
+JOB_FIELDS: J = {
+    "name": {"type": "string", "pattern": NAME},
+    "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
+    "payload": PAYLOAD,
+    "cron": null({"type": "string", "description": "5 fields, or 6 with seconds first"}),
+    "timezone": {"type": "string", "description": "IANA zone of the cron expression"},
+    "run_at": null({**TIME, "description": "a one-off instant (with an offset)"}),
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+    "timeout_seconds": null({"type": "number", "minimum": 1, "maximum": 604800}),
+    "retry": RETRY,
+    "catchup": enum(Catchup),
+    "catchup_window_seconds": {"type": "number", "minimum": 0, "maximum": 2592000},
+    "overlap": enum(Overlap),
+    "paused": BOOL,
+}
+INSTANT = obj({"utc": TIME, "local": TIME})
+JOB = obj(
+    {
+        "id": ID,
+        "name": STR,
+        "type": STR,
+        "payload": PAYLOAD,
+        "cron": null(STR),
+        "run_at": null(TIME),
+        "timezone": STR,
+        "max_attempts": INT,
+        "timeout_seconds": null(NUM),
+        "retry": obj({"base_seconds": NUM, "cap_seconds": NUM}),
+        "catchup": enum(Catchup),
+        "catchup_window_seconds": NUM,
+        "overlap": enum(Overlap),
+        "paused": BOOL,
+        "created_at": TIME,
+        "updated_at": TIME,
+    }
+)
+JOB_DETAIL = {
+    "allOf": [
+        {**JOB, "additionalProperties": True},
+        {
+            "type": "object",
+            "required": ["next", "warnings"],
+            "properties": {
+                "next": {
+                    "type": "array",
+                    "items": ref("Instant"),
+                    "description": "the next 5 instants of the schedule",
+                },
+                "warnings": {"type": "array", "items": STR},
+            },
+        },
+    ]
+}
+RUN_PROPS: J = {
+    "id": ID,
+    "job_id": ID,
+    "job_name": STR,
+    "scheduled_at": TIME,
+    "scheduled_at_local": null(STR),
+    "status": enum(RunStatus),
+    "trigger": enum(Trigger),
+    "attempts": INT,
+    "max_attempts": INT,
+    "run_after": TIME,
+    "worker_id": null(STR),
+    "lease_expires_at": null(TIME),
+    "started_at": null(TIME),
+    "finished_at": null(TIME),
+    "duration_seconds": null(NUM),
+    "error": null(STR),
+    "skip_reason": null(STR),
+    "idempotency_key": null(STR),
+    "created_at": TIME,
+}
+ATTEMPT = obj(
+    {
+        "attempt": INT,
+        "worker_id": STR,
+        "started_at": TIME,
+        "finished_at": null(TIME),
+        "duration_seconds": null(NUM),
+        "outcome": enum(Outcome),
+        "exit_code": null(INT),
+        "signal": null(INT),
+        "error": null(STR),
+        "stdout_tail": null(STR),
+        "stderr_tail": null(STR),
+        "cpu_seconds": null(NUM),
+        "peak_rss_bytes": null(INT),
+    }
+)
+RUN_DETAIL = obj(
+    {
+        **RUN_PROPS,
+        "payload": null({**PAYLOAD, "description": "this run's payload override"}),
+        "history": {"type": "array", "items": ref("Attempt")},
+    }
+)
+WORKER = obj(
+    {
+        "id": STR,
+        "host": STR,
+        "pid": INT,
+        "types": {"type": "array", "items": STR},
+        "concurrency": INT,
+        "running": INT,
+        "version": STR,
+        "lease_ttl_seconds": NUM,
+        "started_at": TIME,
+        "last_heartbeat_at": TIME,
+        "stopped_at": null(TIME),
+        "live": BOOL,
+    }
+)
+PROBLEM = obj(
+    {
+        "type": STR,
+        "title": STR,
+        "status": INT,
+        "detail": STR,
+        "errors": {
+            "type": "array",
+            "items": obj({"field": STR, "message": STR}),
+        },
+    },
+    required=["type", "title", "status", "detail"],
+)
+SCHEMAS: J = {
+    "Problem": PROBLEM,
+    "JobCreate": obj(JOB_FIELDS, required=["name", "type"]),
+    "JobPatch": obj(JOB_FIELDS, required=[]),
+    "Job": JOB,
+    "JobDetail": JOB_DETAIL,
+    "Instant": INSTANT,
+    "Run": obj(RUN_PROPS),
+    "RunDetail": RUN_DETAIL,
+    "Attempt": ATTEMPT,
+    "Worker": WORKER,
+}

@@ -1,0 +1,154 @@
+"""Request input: strict query parameters (unknown ones are a 422) and JSON bodies.
+
+Every handler names the parameters it accepts; values are validated and converted here,
+all problems are collected and raised together so a caller can fix them in one go.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from api.problems import ApiError
+from supervisor.errors import InvalidSpec, InvalidSpecs
+
+MAX_ID = 2**63 - 1
+NAME_CHARS = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+TYPE_CHARS = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+
+class Query:
+    """The query string of one request, checked against the names a handler accepts."""
+
+    def __init__(
+        self, request: web.Request, allowed: set[str], repeatable: frozenset[str] = frozenset()
+    ) -> None:
+        self.q = request.rel_url.query
+        self.errors: list[InvalidSpec] = []
+        for name in sorted(set(self.q.keys())):
+            if name not in allowed:
+                self.errors.append(InvalidSpec(name, "unknown query parameter"))
+            elif name not in repeatable and len(self.q.getall(name)) > 1:
+                self.errors.append(InvalidSpec(name, "may be given only once"))
+
+    def done(self) -> None:
+        if self.errors:
+            raise InvalidSpecs(self.errors)
+
+    def _raw(self, name: str) -> str | None:
+        values = self.q.getall(name, [])
+        return values[0] if values else None
+
+    def string(self, name: str, pattern: re.Pattern[str], what: str) -> str | None:
+        value = self._raw(name)
+        if value is None:
+            return None
+        if not pattern.fullmatch(value):
+            self.errors.append(InvalidSpec(name, f"must be {what}"))
+            return None
+        return value
+
+    def text(self, name: str, max_length: int = 1000) -> str | None:
+        value = self._raw(name)
+        if value is not None and (len(value) > max_length or "\x00" in value):
+            self.errors.append(InvalidSpec(name, f"must be at most {max_length} characters"))
+            return None
+        return value
+
+    def integer(self, name: str, lo: int, hi: int, default: int | None = None) -> int | None:
+        value = self._raw(name)
+        if value is None:
+            return default
+        if not (value.isascii() and value.isdigit()) or not lo <= int(value) <= hi:
+            self.errors.append(InvalidSpec(name, f"must be a whole number from {lo} to {hi}"))
+            return default
+        return int(value)
+
+    def boolean(self, name: str) -> bool | None:
+        value = self._raw(name)
+        if value is None:
+            return None
+        if value not in ("true", "false"):
+            self.errors.append(InvalidSpec(name, "must be true or false"))
+            return None
+        return value == "true"
+
+    def instant(self, name: str) -> datetime | None:
+        value = self._raw(name)
+        if value is None:
+            return None
+        # Unlike schedule.parse_instant (whole seconds, for run_at), filters keep microseconds.
+        try:
+            parsed = _fromisoformat(value)
+            if parsed.tzinfo is not None and parsed.utcoffset() is not None:
+                return parsed.astimezone(UTC)
+            self.errors.append(InvalidSpec(name, f"'{value}' must include a UTC offset"))
+        except (ValueError, OverflowError):
+            self.errors.append(InvalidSpec(name, f"'{value}' is not an ISO-8601 date-time"))
+        return None
+
+    def choices(self, name: str, allowed: list[str]) -> tuple[str, ...]:
+        """A repeatable parameter; each value may also be a comma-separated list."""
+        out: list[str] = []
+        for raw in self.q.getall(name, []):
+            for value in raw.split(","):
+                if value not in allowed:
+                    self.errors.append(
+                        InvalidSpec(name, f"must be one of {', '.join(allowed)}, got {value!r}")
+                    )
+                    return ()
+                out.append(value)
+        return tuple(dict.fromkeys(out))
+
+
+def _fromisoformat(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        # An unencoded '+' in a query string arrives as a space: "...T00:00:00 01:00".
+        head, sep, tail = value.rpartition(" ")
+        if sep and ":" in tail and "T" in head:
+            return datetime.fromisoformat(f"{head}+{tail}")
+        raise
+
+
+def no_query(request: web.Request) -> None:
+    Query(request, set()).done()
+
+
+def path_id(request: web.Request, what: str) -> int:
+    """The {id} of the path; ids outside bigint cannot exist, so they are not found."""
+    value = int(request.match_info["id"])
+    if not 1 <= value <= MAX_ID:
+        raise ApiError(404, f"{what} {value} not found")
+    return value
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+NO_BODY: Any = type("NoBody", (), {"__repr__": lambda self: "NO_BODY"})()
+
+
+async def read_json(request: web.Request, max_body: int, *, required: bool) -> Any:
+    """The parsed body; NO_BODY when empty and not required. 400 malformed, 413 too large."""
+    if request.content_length is not None and request.content_length > max_body:
+        raise ApiError(413, f"body: the request body exceeds the limit of {max_body} bytes")
+    raw = await request.read()  # the application's client_max_size bounds chunked bodies
+    if not raw.strip():
+        if required:
+            raise ApiError(400, "body: a JSON object is required")
+        return NO_BODY
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except UnicodeDecodeError:
+        raise ApiError(400, "body: malformed JSON: not UTF-8") from None
+    except RecursionError:
+        raise ApiError(400, "body: malformed JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise ApiError(400, f"body: malformed JSON: {exc}") from None

@@ -1,0 +1,140 @@
+"""/v1/jobs and /v1/schedule/preview: create, list, show, update, delete, pause, resume,
+trigger, and the schedule preview. Validation is supervisor.jobs' (shared with the CLI)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from api import cursor, views
+from api.params import NAME_CHARS, NO_BODY, TYPE_CHARS, Query, no_query, path_id, read_json
+from api.state import config, limits, store
+from supervisor import jobs, schedule
+from supervisor.errors import InvalidSpec, NotFound
+from supervisor.store import Record
+
+routes = web.RouteTableDef()
+JOB = "/v1/jobs/{id:[0-9]+}"
+MAX_PAGE = 500
+PREVIEW_MAX = 100
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(data, status=status, headers=headers)
+
+
+async def _detail(request: web.Request, row: Record) -> dict[str, Any]:
+    s = store(request)
+    return views.job_detail(row, await s.now(), await jobs.job_warnings(s, row))
+
+
+@routes.post("/v1/jobs")
+async def create_job(request: web.Request) -> web.Response:
+    no_query(request)
+    body = await read_json(request, config(request).api_max_body, required=True)
+    fields = jobs.validate_job(body)
+    row = await jobs.create_job(store(request), fields, limits(request))
+    headers = {"Location": f"/v1/jobs/{row['id']}"}
+    return _json(await _detail(request, row), 201, headers)
+
+
+@routes.get("/v1/jobs")
+async def list_jobs(request: web.Request) -> web.Response:
+    q = Query(request, {"type", "paused", "name_prefix", "limit", "cursor"})
+    type_ = q.string("type", TYPE_CHARS, "1-100 letters, digits or -_.:")
+    paused = q.boolean("paused")
+    prefix = q.string("name_prefix", NAME_CHARS, "1-200 letters, digits or -_.:")
+    limit = q.integer("limit", 1, MAX_PAGE, 100)
+    token = q.text("cursor")
+    q.done()
+    assert limit is not None
+    fhash = cursor.filters_hash("jobs", {"type": type_, "paused": paused, "prefix": prefix})
+    after_id = cursor.parse_id_key(cursor.decode(token, fhash)) if token else 0
+    rows = await store(request).list_jobs(
+        type=type_, paused=paused, name_prefix=prefix, after_id=after_id, limit=limit + 1
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = cursor.encode([rows[-1]["id"]], fhash) if more else None
+    return _json({"jobs": [views.job(r) for r in rows], "next_cursor": next_cursor})
+
+
+@routes.get(JOB)
+async def get_job(request: web.Request) -> web.Response:
+    no_query(request)
+    job_id = path_id(request, "job")
+    row = await store(request).get_job(job_id)
+    if row is None:
+        raise NotFound(f"job {job_id} not found")
+    return _json(await _detail(request, row))
+
+
+@routes.patch(JOB)
+async def update_job(request: web.Request) -> web.Response:
+    no_query(request)
+    job_id = path_id(request, "job")
+    body = await read_json(request, config(request).api_max_body, required=True)
+    row = await jobs.update_job(store(request), job_id, body, limits(request))
+    return _json(await _detail(request, row))
+
+
+@routes.delete(JOB)
+async def delete_job(request: web.Request) -> web.Response:
+    no_query(request)
+    job_id = path_id(request, "job")
+    cancelled = await jobs.delete_job(store(request), job_id)
+    return _json({"id": job_id, "deleted": True, "cancelled_runs": cancelled})
+
+
+async def _set_paused(request: web.Request, paused: bool) -> web.Response:
+    no_query(request)
+    job_id = path_id(request, "job")
+    row = await jobs.set_paused(store(request), job_id, paused, limits(request))
+    return _json(await _detail(request, row))
+
+
+@routes.post(JOB + "/pause")
+async def pause_job(request: web.Request) -> web.Response:
+    return await _set_paused(request, True)
+
+
+@routes.post(JOB + "/resume")
+async def resume_job(request: web.Request) -> web.Response:
+    return await _set_paused(request, False)
+
+
+@routes.post(JOB + "/trigger")
+async def trigger_job(request: web.Request) -> web.Response:
+    no_query(request)
+    job_id = path_id(request, "job")
+    body = await read_json(request, config(request).api_max_body, required=False)
+    key = request.headers.get("Idempotency-Key")
+    payload = jobs.validate_trigger({} if body is NO_BODY else body, key)
+    s = store(request)
+    run_id, created = await jobs.trigger_job(s, job_id, payload, key)
+    row = await s.get_run_detail(run_id)
+    assert row is not None
+    data = views.run_detail(row, await s.list_run_attempts(run_id))
+    return _json(data, 201 if created else 200, {"Location": f"/v1/runs/{run_id}"})
+
+
+@routes.get("/v1/schedule/preview")
+async def preview(request: web.Request) -> web.Response:
+    q = Query(request, {"cron", "timezone", "count", "after"})
+    expression = q.text("cron")
+    zone = q.text("timezone", 100) or "UTC"
+    count = q.integer("count", 1, PREVIEW_MAX, 10)
+    after = q.instant("after")
+    q.done()
+    assert count is not None
+    if expression is None:
+        raise InvalidSpec("cron", "is required")
+    sched = schedule.parse_cron(expression, zone, "cron")
+    start: datetime = after or await store(request).now()
+    try:
+        instants = schedule.preview(sched, start, count)
+    except (OverflowError, ValueError):
+        raise InvalidSpec("after", "is too close to the end of supported time") from None
+    return _json({"cron": sched.expression, "timezone": zone, "instants": instants})

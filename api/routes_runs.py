@@ -1,0 +1,105 @@
+"""/v1/runs and /v1/workers: run history (keyset pages), one run with its attempts,
+requeue (single and bulk), cancel, and the workers list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from api import cursor, views
+from api.params import NAME_CHARS, Query, no_query, path_id
+from api.state import store
+from supervisor import runs
+from supervisor.model import RunStatus
+from supervisor.runs import RunFilters
+
+routes = web.RouteTableDef()
+RUN = "/v1/runs/{id:[0-9]+}"
+MAX_PAGE = 500
+FILTERS = {
+    "job_id",
+    "job_name",
+    "status",
+    "scheduled_after",
+    "scheduled_before",
+    "finished_after",
+    "finished_before",
+}
+STATUSES = [s.value for s in RunStatus]
+WORKERS_RECENT_SECONDS = 24 * 3600.0
+WORKERS_MAX = 1000
+
+
+def _filters(q: Query) -> RunFilters:
+    return RunFilters(
+        job_id=q.integer("job_id", 1, cursor.MAX_ID),
+        job_name=q.string("job_name", NAME_CHARS, "a job name (1-200 letters, digits or -_.:)"),
+        statuses=q.choices("status", STATUSES),
+        scheduled_after=q.instant("scheduled_after"),
+        scheduled_before=q.instant("scheduled_before"),
+        finished_after=q.instant("finished_after"),
+        finished_before=q.instant("finished_before"),
+    )
+
+
+async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
+    row, attempts = await runs.run_detail(store(request), run_id)
+    return views.run_detail(row, attempts)
+
+
+@routes.get("/v1/runs")
+async def list_runs(request: web.Request) -> web.Response:
+    q = Query(request, FILTERS | {"limit", "cursor"}, repeatable=frozenset({"status"}))
+    filters = _filters(q)
+    limit = q.integer("limit", 1, MAX_PAGE, 100)
+    token = q.text("cursor")
+    q.done()
+    assert limit is not None
+    fhash = cursor.filters_hash("runs", filters.canonical())
+    before = cursor.parse_run_key(cursor.decode(token, fhash)) if token else runs.FIRST_PAGE
+    rows = await runs.list_runs(store(request), filters, before, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = rows[-1] if more else None
+    next_cursor = (
+        cursor.encode(cursor.run_key(last["scheduled_at"], last["id"]), fhash) if last else None
+    )
+    return web.json_response({"runs": [views.run(r) for r in rows], "next_cursor": next_cursor})
+
+
+@routes.get(RUN)
+async def get_run(request: web.Request) -> web.Response:
+    no_query(request)
+    return web.json_response(await _detail(request, path_id(request, "run")))
+
+
+@routes.post(RUN + "/requeue")
+async def requeue_run(request: web.Request) -> web.Response:
+    no_query(request)
+    run_id = path_id(request, "run")
+    await runs.requeue_run(store(request), run_id)
+    return web.json_response({"requeued": 1, "run": await _detail(request, run_id)})
+
+
+@routes.post("/v1/runs/requeue")
+async def requeue_runs(request: web.Request) -> web.Response:
+    q = Query(request, FILTERS, repeatable=frozenset({"status"}))
+    filters = _filters(q)
+    q.done()
+    return web.json_response({"requeued": await runs.requeue_runs(store(request), filters)})
+
+
+@routes.post(RUN + "/cancel")
+async def cancel_run(request: web.Request) -> web.Response:
+    no_query(request)
+    run_id = path_id(request, "run")
+    await runs.cancel_run(store(request), run_id)
+    return web.json_response(await _detail(request, run_id))
+
+
+@routes.get("/v1/workers")
+async def list_workers(request: web.Request) -> web.Response:
+    no_query(request)
+    rows = await store(request).list_workers(WORKERS_RECENT_SECONDS, WORKERS_MAX)
+    return web.json_response({"workers": [views.worker(r) for r in rows]})

@@ -1,0 +1,25 @@
+"""What handlers share through the application: the store, the config and plan limits."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from supervisor.config import Config
+from supervisor.planning import PlanLimits
+from supervisor.store import Store
+
+STORE = web.AppKey("store", Store)
+CONFIG = web.AppKey("config", Config)
+LIMITS = web.AppKey("limits", PlanLimits)
+
+
+def store(request: web.Request) -> Store:
+    return request.app[STORE]
+
+
+def config(request: web.Request) -> Config:
+    return request.app[CONFIG]
+
+
+def limits(request: web.Request) -> PlanLimits:
+    return request.app[LIMITS]

@@ -1,0 +1,132 @@
+"""JSON representations of jobs, runs, attempts and workers (the OpenAPI schemas mirror
+these): timestamps ISO-8601 in UTC with a Z offset, durations in seconds, enums lowercase."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from supervisor import schedule
+from supervisor.store import Record
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def local(value: datetime | None, zone: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.astimezone(ZoneInfo(zone)).isoformat()
+    except (ValueError, OverflowError, KeyError):
+        return None
+
+
+def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 6)
+
+
+def next_instants(row: Record, after: datetime, count: int = 5) -> list[dict[str, str]]:
+    """The job's next fire instants after `after`, in UTC and in its own zone."""
+    try:
+        sched = schedule.parse_schedule(row["cron"], row["run_at"], row["timezone"])
+        return schedule.preview(sched, after, count)
+    except (OverflowError, ValueError):
+        return []
+
+
+def job(row: Record) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "type": row["type"],
+        "payload": row["payload"],
+        "cron": row["cron"],
+        "run_at": iso(row["run_at"]),
+        "timezone": row["timezone"],
+        "max_attempts": row["max_attempts"],
+        "timeout_seconds": row["timeout_seconds"],
+        "retry": {
+            "base_seconds": row["retry_base_seconds"],
+            "cap_seconds": row["retry_cap_seconds"],
+        },
+        "catchup": str(row["catchup"]),
+        "catchup_window_seconds": row["catchup_window_seconds"],
+        "overlap": str(row["overlap"]),
+        "paused": row["paused"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
+def job_detail(row: Record, after: datetime, warnings: list[str]) -> dict[str, Any]:
+    return {**job(row), "next": next_instants(row, after), "warnings": warnings}
+
+
+def run(row: Record) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "job_id": row["job_id"],
+        "job_name": row["job_name"],
+        "scheduled_at": iso(row["scheduled_at"]),
+        "scheduled_at_local": local(row["scheduled_at"], row["timezone"]),
+        "status": str(row["status"]),
+        "trigger": str(row["trigger"]),
+        "attempts": row["attempts"],
+        "max_attempts": row["max_attempts"],
+        "run_after": iso(row["run_after"]),
+        "worker_id": row["lease_owner"],
+        "lease_expires_at": iso(row["lease_expires_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "duration_seconds": seconds_between(row["started_at"], row["finished_at"]),
+        "error": row["last_error"],
+        "skip_reason": row["skip_reason"],
+        "idempotency_key": row["idempotency_key"],
+        "created_at": iso(row["created_at"]),
+    }
+
+
+def attempt(row: Record) -> dict[str, Any]:
+    return {
+        "attempt": row["attempt"],
+        "worker_id": row["worker_id"],
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "duration_seconds": seconds_between(row["started_at"], row["finished_at"]),
+        "outcome": str(row["outcome"]),
+        "exit_code": row["exit_code"],
+        "signal": row["signal"],
+        "error": row["error"],
+        "stdout_tail": row["stdout_tail"],
+        "stderr_tail": row["stderr_tail"],
+        "cpu_seconds": row["cpu_seconds"],
+        "peak_rss_bytes": row["peak_rss_bytes"],
+    }
+
+
+def run_detail(row: Record, attempts: list[Record]) -> dict[str, Any]:
+    return {**run(row), "payload": row["payload"], "history": [attempt(a) for a in attempts]}
+
+
+def worker(row: Record) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "host": row["host"],
+        "pid": row["pid"],
+        "types": list(row["types"]),
+        "concurrency": row["concurrency"],
+        "running": row["running"],
+        "version": row["version"],
+        "lease_ttl_seconds": row["lease_ttl"],
+        "started_at": iso(row["started_at"]),
+        "last_heartbeat_at": iso(row["last_seen_at"]),
+        "stopped_at": iso(row["stopped_at"]),
+        "live": row["live"],
+    }

@@ -1,0 +1,143 @@
+"""Run operations over the store for the API: history lists, requeue and cancel.
+
+Each operation is one transaction. The filters are validated by the caller (api/params);
+this module picks the index-driven list query that fits them and owns the state rules
+(which statuses may be requeued or cancelled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from supervisor.errors import Conflict, InvalidSpec, NotFound
+from supervisor.model import RunStatus
+from supervisor.store import OpenRange, Record, RunKey, Store, TimeRange
+
+INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
+MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
+MAX_ID = 2**63 - 1
+FIRST_PAGE: RunKey = (INFINITY, MAX_ID)
+REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
+CANCEL_REASON = "cancelled by the API"
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The list filters; `scheduled_*`/`finished_*` are half-open ranges [after, before)."""
+
+    job_id: int | None = None
+    job_name: str | None = None
+    statuses: tuple[str, ...] = ()
+    scheduled_after: datetime | None = None
+    scheduled_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+
+    def canonical(self) -> dict[str, Any]:
+        """A stable form for hashing (cursors remember which filters made them)."""
+        return {
+            "job_id": self.job_id,
+            "job_name": self.job_name,
+            "status": sorted(set(self.statuses)),
+            **{
+                name: None if value is None else value.isoformat()
+                for name, value in (
+                    ("scheduled_after", self.scheduled_after),
+                    ("scheduled_before", self.scheduled_before),
+                    ("finished_after", self.finished_after),
+                    ("finished_before", self.finished_before),
+                )
+            },
+        }
+
+    @property
+    def scheduled(self) -> TimeRange:
+        return (self.scheduled_after or MINUS_INFINITY, self.scheduled_before or INFINITY)
+
+    @property
+    def finished(self) -> OpenRange:
+        return (self.finished_after, self.finished_before)
+
+
+async def _job_ids(store: Store, f: RunFilters) -> list[int] | None:
+    """The job ids the filters allow; None when they do not filter by job."""
+    if f.job_id is None and f.job_name is None:
+        return None
+    ids = [f.job_id] if f.job_id is not None else []
+    if f.job_name is not None:
+        named = await store.job_ids_by_name(f.job_name)
+        ids = [i for i in named if f.job_id is None or i == f.job_id]
+    return ids
+
+
+async def list_runs(store: Store, f: RunFilters, before: RunKey, limit: int) -> list[Record]:
+    """Runs newest first, (scheduled_at, id) < `before`, at most `limit`."""
+    job_ids = await _job_ids(store, f)
+    statuses = sorted(set(f.statuses))
+    if job_ids is not None:
+        if not job_ids:
+            return []
+        return await store.list_runs_by_job(
+            job_ids, statuses or None, before, f.scheduled, f.finished, limit
+        )
+    if statuses:
+        return await store.list_runs_by_status(statuses, before, f.scheduled, f.finished, limit)
+    return await store.list_runs_page(before, f.scheduled, f.finished, limit)
+
+
+async def run_detail(store: Store, run_id: int) -> tuple[Record, list[Record]]:
+    """The run with its job's name and zone, and every attempt in order."""
+    row = await store.get_run_detail(run_id)
+    if row is None:
+        raise NotFound(f"run {run_id} not found")
+    return row, await store.list_run_attempts(run_id)
+
+
+async def requeue_run(store: Store, run_id: int) -> None:
+    """A dead or failed run becomes scheduled now with a fresh attempt budget."""
+    async with store.transaction() as tx:
+        if await tx.requeue_run(run_id) is not None:
+            await tx.notify_wake()
+            return
+        row = await tx.get_run_detail(run_id)
+        if row is None:
+            raise NotFound(f"run {run_id} not found")
+        if row["status"] in REQUEUEABLE:
+            raise Conflict(f"run {run_id}: its job was deleted; it cannot run again")
+        raise Conflict(f"run {run_id} is {row['status']}; only dead or failed runs can be requeued")
+
+
+async def requeue_runs(store: Store, f: RunFilters) -> int:
+    """Bulk requeue of dead (or failed) runs matching the filters; returns how many moved."""
+    statuses = sorted(set(f.statuses) or {RunStatus.DEAD.value})
+    wrong = [s for s in statuses if s not in REQUEUEABLE]
+    if wrong:
+        raise InvalidSpec("status", f"only dead or failed runs can be requeued, not {wrong[0]}")
+    job_ids = await _job_ids(store, f)
+    if job_ids == []:
+        return 0
+    async with store.transaction() as tx:
+        moved = await tx.requeue_runs(statuses, job_ids, f.scheduled, f.finished)
+        if moved:
+            await tx.notify_wake()
+    return moved
+
+
+async def cancel_run(store: Store, run_id: int) -> None:
+    """A waiting run becomes cancelled; a running one has its lease revoked (its supervisor
+    kills the child at its next renewal) and ends cancelled. Other states: Conflict."""
+    async with store.transaction() as tx:
+        locked = await tx.lock_run(run_id)
+        if locked is None:
+            raise NotFound(f"run {run_id} not found")
+        status = locked["status"]
+        if status == RunStatus.RUNNING:
+            await tx.revoke_running_run(run_id, CANCEL_REASON)
+        elif status in (RunStatus.SCHEDULED, RunStatus.FAILED):
+            await tx.cancel_waiting_run(run_id, CANCEL_REASON)
+        else:
+            raise Conflict(
+                f"run {run_id} is {status}; only scheduled, failed or running runs can be cancelled"
+            )

@@ -1,0 +1,131 @@
+"""Helpers for the API tests: an in-process app on a real PostgreSQL, seeded rows, and a
+`punchclock api` subprocess whose listening URL is read from its start-up log line."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from supervisor.config import Config
+from supervisor.store import Store
+
+ADMIN = "admin-token-0123456789abcdef"
+READER = "read-token-0123456789abcdef"
+TOKENS = (f"admin:{ADMIN}", f"read:{READER}")
+
+
+def config(**kw: Any) -> Config:
+    return replace(Config(), **kw)
+
+
+@asynccontextmanager
+async def api_client(store: Store, **cfg: Any) -> AsyncIterator[TestClient[Any, Any]]:
+    app = create_app(config(**cfg), store)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        yield client
+
+
+async def insert_runs(
+    store: Store, job_id: int, count: int, *, status: str = "succeeded", start_s: int = 0
+) -> list[int]:
+    """`count` runs of a job, one second apart going back from now - start_s seconds."""
+    rows = await store._ex.fetch(
+        """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status,
+                             attempts, started_at, finished_at)
+           select $1, now() - make_interval(secs => $3 + g), now() - make_interval(secs => $3 + g),
+                  'echo', 3, $4::run_status, 1,
+                  now() - make_interval(secs => $3 + g) + interval '1 second',
+                  case when $4 in ('succeeded', 'dead', 'cancelled', 'skipped')
+                       then now() - make_interval(secs => $3 + g) + interval '3 seconds' end
+           from generate_series(1, $2) g returning id""",
+        job_id,
+        count,
+        float(start_s),
+        status,
+    )
+    return [r["id"] for r in rows]
+
+
+@contextmanager
+def api_process(dsn: str, *args: str, env: dict[str, str] | None = None) -> Iterator[ApiProcess]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "api", "--database-url", dsn, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    handle = ApiProcess(proc)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+class ApiProcess:
+    """A running `punchclock api`; a thread collects its stderr (JSON log lines)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for_line(
+        self, match: Callable[[dict[str, Any]], bool], timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """Wait for a JSON log line that matches; fail at the deadline or if the log ends."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                raise AssertionError(f"no matching log line; got: {self.lines}")
+            self.lines.append(line)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if match(event):
+                return dict(event)
+
+    def url(self) -> str:
+        event = self.wait_for_line(lambda e: e.get("event") == "api_listening")
+        return str(event["urls"][0])
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        while not self._queue.empty():
+            line = self._queue.get()
+            if line is not None:
+                self.lines.append(line)
+        return code

@@ -1,0 +1,300 @@
+"""The e2e harness: real `python -m supervisor supervise` processes, real signals.
+
+Each supervisor gets its own handler TOML (the types it offers) and its own log file under
+tmp_path; its JSON log lines are parsed on demand. Stopping always has a deadline and
+ends in SIGKILL, so a hung supervisor fails its test instead of hanging the suite.
+It also answers "is this process gone?" for pids the handlers report: zombies count as
+gone, and orphans this test process adopted as a subreaper are reaped on the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLERS = Path(__file__).resolve().parent / "handlers"
+LEASE_TTL = 2.0
+_PR_SET_CHILD_SUBREAPER = 36
+
+# Pids of supervisors a Popen owns: the only children of ours that reap_adopted() leaves alone.
+_managed: set[int] = set()
+
+
+def handler_argv(name: str) -> list[str]:
+    """How a supervisor runs test handler `name`: our interpreter, isolated, no site.
+
+    Not the `#!/usr/bin/env python3` line: that may be a slow shim (pyenv) or another Python.
+    """
+    return [sys.executable, "-I", "-S", str(HANDLERS / f"{name}.py")]
+
+
+def write_handlers_toml(path: Path, types: dict[str, str]) -> Path:
+    """A handler TOML offering each type in `types` (type name -> test handler name)."""
+    lines = []
+    for type_name, handler in types.items():
+        # JSON string syntax is valid TOML basic-string syntax.
+        lines += [f"[handlers.{type_name}]", f"command = {json.dumps(handler_argv(handler))}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+class Supervisor:
+    """One supervisor OS process and its log file."""
+
+    def __init__(self, worker_id: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.worker_id = worker_id
+        self.proc = proc
+        self.log_path = log_path
+
+    def __repr__(self) -> str:
+        return f"Supervisor({self.worker_id}, pid={self.pid}, rc={self.proc.poll()})"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    # ------------------------------------------------------------ logs
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def events(self, event: str | None = None, **match: Any) -> list[dict[str, Any]]:
+        """Parsed JSON log lines, optionally only `event` with fields equal to `match`."""
+        out = []
+        for line in self.log_text().splitlines():
+            if not line.startswith("{"):
+                continue  # a traceback or a handler's stray output
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # the last line may be half written
+            if event is not None and rec.get("event") != event:
+                continue
+            if all(rec.get(k) == v for k, v in match.items()):
+                out.append(rec)
+        return out
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    async def wait_event(self, event: str, timeout: float = 15.0, **match: Any) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            recs = self.events(event, **match)
+            if recs:
+                return recs[0]
+            if not self.running:
+                raise AssertionError(f"{self} exited waiting for {event}:\n{self.tail()}")
+            return None
+
+        rec: dict[str, Any] = await wait_for(found, timeout, f"{self.worker_id}: {event} {match}")
+        return rec
+
+    # ------------------------------------------------------------ signals
+
+    def send(self, sig: int) -> None:
+        if self.running:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        """The exit status within `timeout` seconds, else AssertionError (it is killed)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"{self.worker_id} did not exit within {timeout}s:\n{self.tail()}"
+            ) from None
+        finally:
+            _managed.discard(self.pid)
+
+    async def wait_exit(self, timeout: float) -> int:
+        """Like wait(), but polling, so the test's event loop keeps serving meanwhile."""
+        with contextlib.suppress(AssertionError):
+            await wait_for(lambda: not self.running, timeout, f"{self.worker_id} to exit")
+        return self.wait(0)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM (after SIGCONT, in case it is stopped) and wait for the exit."""
+        self.send(signal.SIGCONT)
+        self.send(signal.SIGTERM)
+        return self.wait(timeout)
+
+
+class Cluster:
+    """Starts supervisors against one database and makes sure all of them end."""
+
+    def __init__(self, tmp_path: Path, dsn: str) -> None:
+        self.tmp_path = tmp_path
+        self.dsn = dsn
+        self.supervisors: list[Supervisor] = []
+
+    def start(
+        self,
+        worker_id: str,
+        types: Iterable[str] | dict[str, str] = ("append",),
+        *,
+        concurrency: int = 4,
+        lease_ttl: float = LEASE_TTL,
+        drain_timeout: float = 5.0,
+        kill_grace: float = 0.5,
+        poll_interval: float = 1.0,
+        dsn: str | None = None,
+        metrics_port: int | None = None,
+    ) -> Supervisor:
+        """Start a supervisor offering `types` (type -> handler; a bare name is both)."""
+        mapping = dict(types) if isinstance(types, dict) else {t: t for t in types}
+        toml = write_handlers_toml(self.tmp_path / f"handlers-{worker_id}.toml", mapping)
+        log_path = self.tmp_path / f"{worker_id}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "supervisor",
+            "supervise",
+            "--database-url",
+            dsn or self.dsn,
+            "--handlers",
+            str(toml),
+            "--lease-ttl",
+            str(lease_ttl),
+            "--concurrency",
+            str(concurrency),
+            "--worker-id",
+            worker_id,
+            "--drain-timeout",
+            str(drain_timeout),
+            "--kill-grace",
+            str(kill_grace),
+            "--poll-interval",
+            str(poll_interval),
+        ]
+        if metrics_port is not None:
+            argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        # Nothing from this test process's PUNCHCLOCK_* settings may leak into the supervisor.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            )
+        _managed.add(proc.pid)
+        sup = Supervisor(worker_id, proc, log_path)
+        self.supervisors.append(sup)
+        return sup
+
+    async def start_ready(self, worker_id: str, *args: Any, **kw: Any) -> Supervisor:
+        """start() and wait until it serves (signal handlers installed, worker row written)."""
+        sup = self.start(worker_id, *args, **kw)
+        await sup.wait_event("supervisor_started", timeout=20)
+        return sup
+
+    def stop_all(self) -> None:
+        """Teardown: SIGTERM everything still running, SIGKILL what does not exit in time."""
+        for sup in self.supervisors:
+            sup.send(signal.SIGCONT)
+            sup.send(signal.SIGTERM)
+        for sup in self.supervisors:
+            with contextlib.suppress(AssertionError):
+                sup.wait(15.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A supervisor's /metrics as {"name{labels}": value} (blocking: call via to_thread)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+# ---------------------------------------------------------------- processes the handlers report
+
+
+def set_subreaper(on: bool) -> None:
+    """Adopt orphaned descendants, so a leaked grandchild stays our child and gets noticed.
+
+    Without it an orphan is reparented to init and the no-stray-children check is blind to
+    exactly the processes these tests are about (a killed supervisor's children).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def reap_adopted() -> None:
+    """Reap zombie children that no Popen owns (orphans adopted while we are a subreaper)."""
+    for child in psutil.Process().children():
+        if child.pid in _managed:
+            continue
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+
+
+class Proc:
+    """A process a handler reported, watched by pid and start time (pids get reused)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._handle: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._handle = None  # already gone when we first looked
+
+    def __repr__(self) -> str:
+        return f"Proc({self.pid}, gone={self.gone()})"
+
+    def gone(self) -> bool:
+        reap_adopted()
+        if self._handle is None:
+            return True
+        try:
+            return not self._handle.is_running() or self._handle.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+
+def watch(pids: Iterable[int]) -> list[Proc]:
+    return [Proc(pid) for pid in pids]
+
+
+async def wait_gone(procs: list[Proc], timeout: float, what: str) -> int:
+    """Wait until every process is gone; returns time.time_ns() when that was first seen.
+
+    The stamp is an upper bound of the moment the last of them died (polled every 20 ms).
+    """
+    await wait_for(lambda: all(p.gone() for p in procs), timeout, f"{what} to be gone: {procs}")
+    return time.time_ns()
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()]

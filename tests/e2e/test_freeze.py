@@ -1,0 +1,58 @@
+"""A supervisor frozen (SIGSTOP) past its lease: another host takes the run over, and when
+the frozen one wakes its child is killed and its result is rejected as late."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from supervisor.store import Store
+
+from ..helpers import wait_for
+from .procs import Cluster, free_port, read_pids, scrape, wait_gone, watch
+from .scenario import attempts, create_runs, read_lines, runs, status_is
+
+
+async def test_frozen_supervisor_result_is_rejected_after_takeover(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    port = free_port()
+    a = await cluster.start_ready("a", ["sleeper"], metrics_port=port)
+    work = tmp_path / "work"
+    work.mkdir()
+    payload = {"dir": str(work), "seconds": {"1": 60, "2": 0.3}}
+    [run_id] = await create_runs(store, "sleeper", 1, payload)
+    pids_file = work / f"{run_id}-1.pids"
+    await wait_for(pids_file.exists, 15, "attempt 1 to start")
+    [first] = watch(read_pids(pids_file))
+
+    a.send(signal.SIGSTOP)
+    b = await cluster.start_ready("b", ["sleeper"])
+    await wait_for(lambda: status_is(store, run_id, "succeeded"), 20, "b to take the run over")
+    # Frozen, `a` could neither renew nor fence: its child ran on (the keeper only acts
+    # on the supervisor's death). Waking up must end it and drop its result.
+    assert not first.gone()
+
+    a.send(signal.SIGCONT)
+    rejected = await a.wait_event("run_late_result_rejected", 10, run_id=run_id, attempt=1)
+    await wait_gone([first], 5, "the first child")
+    killers = a.events("run_self_fenced", run_id=run_id) + a.events("run_lease_lost", run_id=run_id)
+    assert killers, f"the first child was killed by fencing or the lost-lease check:\n{a.tail()}"
+    assert rejected["outcome"] == "killed"
+    metrics = await asyncio.to_thread(scrape, port)
+    assert metrics.get("punchclock_late_results_rejected") == 1, metrics
+
+    row = (await runs(store, [run_id]))[run_id]
+    assert row["status"] == "succeeded" and row["last_error"] is None
+    history = await attempts(store, run_id)
+    assert [(h["attempt"], h["worker_id"], h["outcome"]) for h in history] == [
+        (1, "a", "lease_lost"),
+        (2, "b", "succeeded"),
+    ]
+    assert history[1]["error"] is None and history[1]["exit_code"] == 0
+    # Only b's execution finished; a's was killed before writing its line.
+    assert [(d["run_id"], d["attempt"]) for d in read_lines(work / "done.csv")] == [(run_id, 2)]
+    assert a.running, "waking up late is not a reason to exit"
+    assert a.stop() == 0, a.tail()
+    assert b.stop() == 0, b.tail()

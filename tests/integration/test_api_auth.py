@@ -1,0 +1,149 @@
+"""Authentication and exposure: the role matrix in-process, and `punchclock api` as a real
+process (start-up log, refusal to listen beyond loopback without tokens, clean stop)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from api.auth import Tokens, check_exposure
+from supervisor.config import ConfigError
+from supervisor.store import Store
+
+from ..api_support import ADMIN, READER, TOKENS, api_client, api_process
+
+JOB = {"name": "n1", "type": "echo", "cron": "* * * * *"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "token", "status"),
+    [
+        ("GET", "/v1/jobs", None, 401),
+        ("GET", "/v1/jobs", "wrong-token-0123456789", 401),
+        ("GET", "/v1/jobs", READER + "x", 401),
+        ("GET", "/v1/jobs", READER, 200),
+        ("GET", "/v1/jobs", ADMIN, 200),
+        ("GET", "/v1/runs", READER, 200),
+        ("GET", "/v1/workers", READER, 200),
+        ("POST", "/v1/jobs", None, 401),
+        ("POST", "/v1/jobs", READER, 403),
+        ("POST", "/v1/jobs", ADMIN, 201),
+        ("POST", "/v1/runs/requeue", READER, 403),
+        ("POST", "/v1/runs/requeue", ADMIN, 200),
+        ("GET", "/openapi.json", None, 200),
+    ],
+)
+async def test_role_matrix(
+    store: Store, method: str, path: str, token: str | None, status: int
+) -> None:
+    async with api_client(store, api_tokens=TOKENS) as api:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        body = JOB if path == "/v1/jobs" and method == "POST" else None
+        resp = await api.request(method, path, json=body, headers=headers)
+        assert resp.status == status, await resp.text()
+        if status == 401:
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+            assert resp.content_type == "application/problem+json"
+        if status == 403:
+            assert "admin" in (await resp.json(content_type=None))["detail"]
+
+
+async def test_other_schemes_and_malformed_headers_are_401(store: Store) -> None:
+    async with api_client(store, api_tokens=TOKENS) as api:
+        for header in (f"Basic {ADMIN}", "Bearer", "Bearer ", ADMIN, f"Token {ADMIN}"):
+            resp = await api.get("/v1/jobs", headers={"Authorization": header})
+            assert resp.status == 401, header
+        # The scheme is case-insensitive (RFC 9110).
+        resp = await api.get("/v1/jobs", headers={"Authorization": f"bearer {READER}"})
+        assert resp.status == 200
+    # Nothing was written by the refused requests.
+    assert await store._ex.fetchval("select count(*) from jobs") == 0
+
+
+async def test_without_tokens_loopback_callers_are_admin(store: Store) -> None:
+    async with api_client(store) as api:
+        assert (await api.post("/v1/jobs", json=JOB)).status == 201
+
+
+def test_exposure_rules() -> None:
+    none = Tokens.parse(())
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        check_exposure(host, none)
+    for host in ("0.0.0.0", "::", "192.0.2.10", "example.com", ""):
+        with pytest.raises(ConfigError, match="without API tokens"):
+            check_exposure(host, none)
+    check_exposure("0.0.0.0", Tokens.parse(TOKENS))
+    tokens = Tokens.parse(TOKENS)
+    assert tokens.role_of(ADMIN) == "admin" and tokens.role_of(READER) == "read"
+    assert tokens.role_of("") is None and tokens.role_of(ADMIN[:-1]) is None
+    with pytest.raises(ConfigError):
+        Tokens.parse(["root:abcdefabcdefabcdef"])
+
+
+def _call(
+    url: str, method: str = "GET", token: str | None = None, body: Any = None
+) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_api_process_serves_with_tokens_and_never_logs_them(dsn: str) -> None:
+    secret_payload = "payload-marker-7f3a"
+    with api_process(
+        dsn,
+        "--listen",
+        "127.0.0.1:0",
+        "--api-token",
+        f"admin:{ADMIN}",
+        "--api-token",
+        f"read:{READER}",
+    ) as proc:
+        url = proc.url()
+        assert url.startswith("http://127.0.0.1:")
+        body = {**JOB, "payload": {"secret": secret_payload}}
+        status, created = _call(url + "/v1/jobs", "POST", ADMIN, body)
+        assert status == 201, created
+        assert _call(url + "/v1/jobs", "POST", READER, body)[0] == 403
+        assert _call(url + "/v1/jobs")[0] == 401
+        status, page = _call(url + "/v1/jobs", token=READER)
+        assert status == 200 and [j["name"] for j in page["jobs"]] == ["n1"]
+        proc.wait_for_line(lambda e: e.get("event") == "http_request" and e.get("status") == 401)
+        assert proc.stop() == 0
+    log = "".join(proc.lines)
+    assert ADMIN not in log and READER not in log and secret_payload not in log
+    assert '"event": "api_stopping"' in log
+
+
+def test_api_process_without_tokens_says_loopback_only(dsn: str) -> None:
+    with api_process(dsn, "--listen", "127.0.0.1:0") as proc:
+        url = proc.url()
+        warning = proc.wait_for_line(lambda e: e.get("event") == "api_unauthenticated")
+        assert "loopback only" in warning["detail"]
+        assert _call(url + "/v1/jobs", "POST", None, JOB)[0] == 201
+        assert proc.stop() == 0
+
+
+def test_api_process_refuses_a_public_address_without_tokens(dsn: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "supervisor", "api", "--database-url", dsn, "--listen", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "refusing to listen on 0.0.0.0 without API tokens" in result.stderr

@@ -1,0 +1,318 @@
+"""Run history, triggers, requeue, cancel and workers over HTTP on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient
+
+from supervisor.store import Store
+
+from ..api_support import insert_runs
+from ..helpers import job
+
+Client = TestClient[Any, Any]
+
+
+async def _job(store: Store, name: str, **kw: Any) -> int:
+    row = await store.insert_job(job(name, **kw))
+    return int(row["id"])
+
+
+async def _walk(api: Client, params: dict[str, str], limit: int) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        query = {**params, "limit": str(limit), **({"cursor": cursor} if cursor else {})}
+        resp = await api.get("/v1/runs", params=query)
+        assert resp.status == 200, await resp.text()
+        page = await resp.json()
+        assert len(page["runs"]) <= limit
+        seen += page["runs"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+@pytest.mark.parametrize("filters", ["none", "status", "job"])
+async def test_pages_neither_skip_nor_repeat_while_runs_are_inserted(
+    api: Client, store: Store, filters: str
+) -> None:
+    jobs = [await _job(store, f"j{i}") for i in range(4)]
+    # 1,000 runs over 4 jobs at 250 shared instants: ties on scheduled_at break on id.
+    await store._ex.execute(
+        """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
+           select j, now() - make_interval(mins => g), now(), 'echo', 3,
+                  (case when g % 2 = 0 then 'dead' else 'succeeded' end)::run_status
+           from generate_series(1, 250) g, unnest($1::bigint[]) j""",
+        jobs,
+    )
+    original = {r["id"] for r in await store._ex.fetch("select id from runs")}
+    assert len(original) == 1000
+    params = {"none": {}, "status": {"status": "dead"}, "job": {"job_id": str(jobs[1])}}[filters]
+    expected = {
+        "none": original,
+        "status": {
+            r["id"] for r in await store._ex.fetch("select id from runs where status='dead'")
+        },
+        "job": {
+            r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", jobs[1])
+        },
+    }[filters]
+    stop = asyncio.Event()
+    inserted = 0
+
+    async def insert_more() -> None:
+        nonlocal inserted
+        rng = random.Random(1)
+        while not stop.is_set():
+            # Older and newer than any page position, at instants no original run has.
+            minutes = rng.uniform(-60, 300)
+            await store._ex.execute(
+                """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
+                   values ($1, now() - make_interval(secs => $2), now(), 'echo', 3, 'dead')""",
+                rng.choice(jobs),
+                minutes * 60 + 0.5,
+            )
+            inserted += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(insert_more())
+    try:
+        seen = await _walk(api, params, limit=37)
+    finally:
+        stop.set()
+        await task
+    assert inserted > 0
+    ids = [r["id"] for r in seen]
+    assert len(ids) == len(set(ids)), "a row was repeated"
+    assert expected <= set(ids), f"skipped: {sorted(expected - set(ids))[:10]}"
+    keys = [(r["scheduled_at"], r["id"]) for r in seen]
+    assert keys == sorted(keys, reverse=True), "newest first by (scheduled_at, id)"
+
+
+async def test_list_filters_and_cursor_rules(api: Client, store: Store) -> None:
+    a, b = await _job(store, "alpha"), await _job(store, "beta")
+    await insert_runs(store, a, 5, status="succeeded")
+    await insert_runs(store, a, 3, status="dead", start_s=100)
+    await insert_runs(store, b, 4, status="failed", start_s=200)
+    got = await (await api.get("/v1/runs", params={"job_name": "alpha"})).json()
+    assert {r["job_name"] for r in got["runs"]} == {"alpha"} and len(got["runs"]) == 8
+    got = await (
+        await api.get("/v1/runs", params=[("status", "dead"), ("status", "failed")])
+    ).json()
+    assert sorted(r["status"] for r in got["runs"]) == ["dead"] * 3 + ["failed"] * 4
+    got = await (
+        await api.get("/v1/runs", params={"status": "dead,failed", "job_id": str(b)})
+    ).json()
+    assert [r["status"] for r in got["runs"]] == ["failed"] * 4
+    got = await (await api.get("/v1/runs", params={"job_id": str(a), "job_name": "beta"})).json()
+    assert got["runs"] == []
+    now = await store.now()
+    window = {
+        "scheduled_after": (now - timedelta(seconds=104, milliseconds=500)).isoformat(),
+        "scheduled_before": (now - timedelta(seconds=100, milliseconds=500)).isoformat(),
+    }
+    got = await (await api.get("/v1/runs", params=window)).json()
+    assert [r["status"] for r in got["runs"]] == ["dead"] * 3  # 101-103 s before now
+    finished = {"finished_after": (now - timedelta(seconds=3)).isoformat()}
+    got = await (await api.get("/v1/runs", params=finished)).json()
+    assert [r["status"] for r in got["runs"]] == ["succeeded"] * 5
+    run = got["runs"][0]
+    assert run["duration_seconds"] == 2.0 and run["scheduled_at"].endswith("Z")
+    first = await (await api.get("/v1/runs", params={"limit": "2"})).json()
+    resp = await api.get(
+        "/v1/runs", params={"limit": "2", "status": "dead", "cursor": first["next_cursor"]}
+    )
+    assert (
+        resp.status == 422 and "different filters" in (await resp.json(content_type=None))["detail"]
+    )
+    for bad in [
+        {"status": "done"},
+        {"limit": "0"},
+        {"limit": "501"},
+        {"job_id": "x"},
+        {"job_id": "0"},
+        {"job_name": "no spaces"},
+        {"scheduled_after": "yesterday"},
+        {"finished_before": "2030-01-01T00:00:00"},
+        {"page": "2"},
+        {"cursor": "%%%"},
+    ]:
+        resp = await api.get("/v1/runs", params=bad)
+        assert resp.status == 422, (bad, await resp.text())
+        problem = await resp.json(content_type=None)
+        assert problem["errors"][0]["field"] == next(iter(bad))
+
+
+async def test_run_detail_has_every_attempt(api: Client, store: Store) -> None:
+    a = await _job(store, "alpha", timezone="America/New_York")
+    [run_id] = await insert_runs(store, a, 1, status="dead")
+    await store._ex.execute(
+        """insert into run_attempts (run_id, attempt, worker_id, lease_token, started_at,
+               finished_at, outcome, exit_code, signal, error, stdout_tail, stderr_tail)
+           values ($1, 1, 'w1', 1, now() - interval '10 s', now() - interval '8 s', 'failed',
+                   3, null, 'exit 3', 'out', 'err'),
+                  ($1, 2, 'w2', 2, now() - interval '5 s', now() - interval '4.5 s', 'timed_out',
+                   null, 9, 'timed out after 0.5s', null, null)""",
+        run_id,
+    )
+    resp = await api.get(f"/v1/runs/{run_id}")
+    assert resp.status == 200
+    run = await resp.json()
+    assert run["scheduled_at_local"].endswith(("-05:00", "-04:00"))
+    assert [a["attempt"] for a in run["history"]] == [1, 2]
+    first, second = run["history"]
+    assert (first["worker_id"], first["exit_code"], first["outcome"]) == ("w1", 3, "failed")
+    assert first["duration_seconds"] == 2.0 and first["stdout_tail"] == "out"
+    assert (second["signal"], second["outcome"], second["duration_seconds"]) == (
+        9,
+        "timed_out",
+        0.5,
+    )
+    assert (await api.get("/v1/runs/424242")).status == 404
+
+
+async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> None:
+    job_id = await _job(store, "alpha", payload={"from": "job"})
+    listener = await asyncpg.connect(dsn)
+    woken = asyncio.Event()
+    await listener.add_listener("punchclock_wake", lambda *_: woken.set())
+    try:
+        resp = await api.post(f"/v1/jobs/{job_id}/trigger")
+        assert resp.status == 201, await resp.text()
+        plain = await resp.json()
+        await asyncio.wait_for(woken.wait(), 10)
+    finally:
+        await listener.close()
+    assert plain["trigger"] == "manual" and plain["status"] == "scheduled"
+    assert plain["payload"] is None and plain["history"] == []
+    assert resp.headers["Location"] == f"/v1/runs/{plain['id']}"
+    second = await (await api.post(f"/v1/jobs/{job_id}/trigger", json={})).json()
+    assert second["id"] != plain["id"], "without a key every trigger is a new run"
+
+    async def keyed(payload: Any) -> Any:
+        return await api.post(
+            f"/v1/jobs/{job_id}/trigger",
+            json={"payload": payload},
+            headers={"Idempotency-Key": "deploy-42"},
+        )
+
+    responses = await asyncio.gather(*(keyed({"v": 1}) for _ in range(6)))
+    statuses = sorted(r.status for r in responses)
+    bodies = [await r.json() for r in responses]
+    assert statuses == [200] * 5 + [201]
+    assert len({b["id"] for b in bodies}) == 1
+    assert bodies[0]["payload"] == {"v": 1} and bodies[0]["idempotency_key"] == "deploy-42"
+    conflict = await keyed({"v": 2})
+    assert conflict.status == 409
+    count = await store._ex.fetchval(
+        "select count(*) from runs where job_id=$1 and trigger='manual'", job_id
+    )
+    assert count == 3
+    for body, headers in [
+        ({"payload": [1]}, {}),
+        ({"extra": 1}, {}),
+        ({}, {"Idempotency-Key": "has space"}),
+        ({}, {"Idempotency-Key": "k" * 256}),
+        ({"payload": {"x": "\u0000"}}, {}),
+    ]:
+        resp = await api.post(f"/v1/jobs/{job_id}/trigger", json=body, headers=headers)
+        assert resp.status == 422, (body, headers, await resp.text())
+    assert (await api.post(f"/v1/jobs/{job_id}/trigger", data=b"{x")).status == 400
+    assert (await api.post("/v1/jobs/999999/trigger")).status == 404
+    assert await store._ex.fetchval("select count(*) from runs where trigger='manual'") == 3
+
+
+async def test_requeue_single(api: Client, store: Store) -> None:
+    job_id = await _job(store, "alpha", max_attempts=4)
+    dead, done = await insert_runs(store, job_id, 2, status="dead")
+    await store._ex.execute("update runs set attempts = 3, max_attempts = 3 where id = $1", dead)
+    await store._ex.execute("update runs set status = 'succeeded' where id = $1", done)
+    resp = await api.post(f"/v1/runs/{dead}/requeue")
+    assert resp.status == 200, await resp.text()
+    data = await resp.json()
+    assert data["requeued"] == 1
+    run = data["run"]
+    assert run["status"] == "scheduled" and run["finished_at"] is None
+    assert (run["attempts"], run["max_attempts"]) == (3, 7), "a fresh budget of the job's 4"
+    row = await store._ex.fetchrow("select run_after <= now() as due from runs where id=$1", dead)
+    assert row["due"]
+    again = await api.post(f"/v1/runs/{dead}/requeue")
+    assert again.status == 409 and "scheduled" in (await again.json(content_type=None))["detail"]
+    assert (await api.post(f"/v1/runs/{done}/requeue")).status == 409
+    assert (await api.post("/v1/runs/999999/requeue")).status == 404
+
+
+async def test_requeue_bulk_with_filters(api: Client, store: Store) -> None:
+    a, b = await _job(store, "alpha"), await _job(store, "beta")
+    await insert_runs(store, a, 5, status="dead")
+    await insert_runs(store, b, 3, status="dead", start_s=100)
+    await insert_runs(store, b, 2, status="failed", start_s=200)
+    await insert_runs(store, b, 2, status="succeeded", start_s=300)
+    resp = await api.post("/v1/runs/requeue", params={"job_name": "beta"})
+    assert resp.status == 200 and (await resp.json()) == {"requeued": 3}, "dead by default"
+    resp = await api.post("/v1/runs/requeue", params={"status": "failed"})
+    assert (await resp.json()) == {"requeued": 2}
+    resp = await api.post("/v1/runs/requeue", params={"status": "succeeded"})
+    assert resp.status == 422
+    resp = await api.post("/v1/runs/requeue", params={"limit": "5"})
+    assert resp.status == 422, "list-only parameters are unknown here"
+    resp = await api.post("/v1/runs/requeue")
+    assert (await resp.json()) == {"requeued": 5}
+    statuses = await store._ex.fetch("select status, count(*) from runs group by 1 order by 1")
+    assert {r["status"]: r["count"] for r in statuses} == {"scheduled": 10, "succeeded": 2}
+
+
+async def test_cancel_a_waiting_run(api: Client, store: Store) -> None:
+    job_id = await _job(store, "alpha")
+    scheduled, done = await insert_runs(store, job_id, 2, status="scheduled")
+    await store._ex.execute(
+        "update runs set status='succeeded', finished_at=now() where id=$1", done
+    )
+    resp = await api.post(f"/v1/runs/{scheduled}/cancel")
+    assert resp.status == 200, await resp.text()
+    run = await resp.json()
+    assert run["status"] == "cancelled" and run["finished_at"] is not None
+    assert run["error"] == "cancelled by the API"
+    assert (await api.post(f"/v1/runs/{scheduled}/cancel")).status == 409
+    assert (await api.post(f"/v1/runs/{done}/cancel")).status == 409
+    assert (await api.post("/v1/runs/999999/cancel")).status == 404
+
+
+async def test_workers_live_and_recently_gone(api: Client, store: Store) -> None:
+    await store.upsert_worker("live", "h1", 11, ["echo", "sql"], 8, "1.0", 30.0)
+    await store.upsert_worker("stopped", "h2", 12, ["echo"], 8, "1.0", 30.0)
+    await store.stop_worker("stopped")
+    await store.upsert_worker("silent", "h3", 13, ["echo"], 8, "1.0", 30.0)
+    await store._ex.execute(
+        "update workers set last_seen_at = now() - interval '5 minutes' where id='silent'"
+    )
+    await store.upsert_worker("ancient", "h4", 14, ["echo"], 8, "1.0", 30.0)
+    await store._ex.execute(
+        "update workers set last_seen_at = now() - interval '3 days' where id='ancient'"
+    )
+    await store.touch_worker("live", 3)
+    data = await (await api.get("/v1/workers")).json()
+    workers = {w["id"]: w for w in data["workers"]}
+    assert set(workers) == {"live", "stopped", "silent"}
+    assert data["workers"][0]["id"] == "live", "live workers first"
+    live = workers["live"]
+    assert live["live"] is True and live["running"] == 3 and live["types"] == ["echo", "sql"]
+    assert (live["host"], live["pid"]) == ("h1", 11) and live["last_heartbeat_at"].endswith("Z")
+    assert workers["stopped"]["live"] is False and workers["stopped"]["stopped_at"] is not None
+    assert workers["silent"]["live"] is False
+
+
+async def test_preview_endpoint(api: Client) -> None:
+    resp = await api.get("/v1/schedule/preview", params={"cron": "0 9 * * MON-FRI"})
+    data = await resp.json()
+    assert resp.status == 200 and len(data["instants"]) == 10 and data["timezone"] == "UTC"
+    # An unencoded '+' of an offset arrives as a space; it is understood all the same.
+    resp = await api.get("/v1/runs?scheduled_after=2026-01-01T00:00:00+01:00")
+    assert resp.status == 200, await resp.text()
