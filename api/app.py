@@ -19,11 +19,13 @@ from aiohttp import web
 
 from api import openapi, routes_jobs, routes_runs
 from api.auth import ROLE_KEY, Tokens, auth_middleware, check_exposure
+from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
 from supervisor.config import Config, parse_listen
 from supervisor.errors import PunchclockError
 from supervisor.log import log_event
+from supervisor.metrics import Metrics
 from supervisor.planning import PlanLimits
 from supervisor.store import Store, create_pool, migrate, pending_migrations
 
@@ -100,7 +102,9 @@ async def serve(
             raise PunchclockError(
                 f"the database needs migrations {', '.join(pending)}; run `punchclock migrate`"
             )
-        app = create_app(cfg, Store(pool), extra_routes=extra_routes)
+        metrics = Metrics("api")
+        routes = [*(extra_routes or []), *observability_routes(pool, cfg.ready_max_lag, metrics)]
+        app = create_app(cfg, Store(pool), extra_routes=routes)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         await web.TCPSite(runner, host, port).start()

@@ -22,6 +22,9 @@ from supervisor.config import ConfigError
 READ, ADMIN = "read", "admin"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PROTECTED_PREFIX = "/v1/"
+# /metrics names jobs and counts: it needs a token too (read is enough). /healthz and
+# /readyz stay open for load balancers and systemd checks.
+PROTECTED_PATHS = frozenset({"/metrics"})
 # Where the role is kept on the request (aiohttp >= 3.13 wants typed keys; older has none).
 ROLE_KEY: Any = web.RequestKey("role", str) if hasattr(web, "RequestKey") else "punchclock_role"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="punchclock"'}
@@ -77,7 +80,7 @@ def check_exposure(host: str, tokens: Tokens) -> None:
 def auth_middleware(tokens: Tokens) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not request.path.startswith(PROTECTED_PREFIX):
+        if not (request.path.startswith(PROTECTED_PREFIX) or request.path in PROTECTED_PATHS):
             return await handler(request)
         role = _authenticate(request, tokens)
         if request.method not in READ_METHODS and role != ADMIN:
