@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,7 @@ class Cluster:
         poll_interval: float = 1.0,
         dsn: str | None = None,
         metrics_port: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> Supervisor:
         """Start a supervisor offering `types` (type -> handler; a bare name is both)."""
         mapping = dict(types) if isinstance(types, dict) else {t: t for t in types}
@@ -190,6 +191,7 @@ class Cluster:
         ]
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        argv += extra_args
         # Nothing from this test process's PUNCHCLOCK_* settings may leak into the supervisor.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
         with open(log_path, "wb") as log:
