@@ -139,7 +139,10 @@ class Supervisor:
             finally:
                 await keeper.close()
         finally:
-            await pool.close()
+            try:
+                await asyncio.wait_for(pool.close(), 5)
+            except TimeoutError:  # a connection stuck on a dead database
+                pool.terminate()
 
     def _build(self, store: Store, keeper: Keeper, metrics: Metrics) -> Services:
         cfg = self.cfg

@@ -102,7 +102,8 @@ class Executor:
         self.inflight: dict[int, InFlight] = {}
         self.counters = Counters()
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-        self._pending: list[tuple[Completion, bool, asyncio.Future[bool]]] = []
+        # (completion, exclusive, future): True recorded, False late, None given up at shutdown
+        self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
         self._pending_event = asyncio.Event()
 
     # ------------------------------------------------------------ capacity and leases
@@ -258,10 +259,13 @@ class Executor:
         result: ChildResult,
         status: str,
         completion_outcome: str,
-        recorded: bool,
+        recorded: bool | None,
         retry_in: float = 0.0,
     ) -> None:
         duration = round(result.duration, 3)
+        if recorded is None:  # shutdown gave up on an unreachable database; the reaper decides
+            self._event("result_unrecorded", entry, outcome=result.outcome, duration=duration)
+            return
         if not recorded:
             self.counters.late_results += 1
             self._event("late_result_rejected", entry, outcome=result.outcome, duration=duration)
@@ -286,16 +290,24 @@ class Executor:
 
     # ------------------------------------------------------------ completions (batched)
 
-    async def _complete(self, completion: Completion, entry: InFlight) -> bool:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    async def _complete(self, completion: Completion, entry: InFlight) -> bool | None:
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._pending.append((completion, entry.exclusive, fut))
         self._pending_event.set()
         return await fut
 
     async def run_completer(self, stop: asyncio.Event) -> None:
-        """Flush queued completions in batches until `stop` is set and nothing is left."""
+        """Flush queued completions in batches until `stop` is set and nothing is left.
+
+        After `stop`, an unreachable database is retried for one lease TTL at most: by then
+        every lease has expired, the database would reject the results anyway, and the
+        reaper takes the runs over. Shutdown never hangs on a dead database.
+        """
         backoff = 0.05
+        give_up_at: float | None = None
         while True:
+            if stop.is_set() and give_up_at is None:
+                give_up_at = time.monotonic() + self.lease_ttl
             if not self._pending:
                 if stop.is_set():
                     return
@@ -313,6 +325,12 @@ class Executor:
                 log_event(
                     log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
                 )
+                if give_up_at is not None and time.monotonic() > give_up_at:
+                    for _, _, fut in self._pending:
+                        if not fut.done():
+                            fut.set_result(None)
+                    self._pending.clear()
+                    return
                 await asyncio.sleep(backoff)  # retry pacing, not synchronisation
                 backoff = min(backoff * 2, 2.0)
                 continue

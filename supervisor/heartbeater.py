@@ -7,6 +7,7 @@ the executor's fence check kills children before their leases can expire.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -41,7 +42,10 @@ class Heartbeater(Loop):
         leases = self.leases()
         sent_at = time.monotonic()
         try:
-            ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
+            # One stalled connection must not hold every lease hostage until the fence kills
+            # all children: give up after one heartbeat interval and retry on another.
+            async with asyncio.timeout(self.lease_ttl / 3):
+                ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
             # Apply the renewal before anything else can fail: a lost worker touch must not
             # throw away leases the database just extended (the fence would act on stale ones).
             self.renewals += len(ok)

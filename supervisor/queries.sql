@@ -114,7 +114,8 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 -- Catch-up policy, applied before claiming. A run is missed when it never started and is
 -- older than the misfire grace. 'none' skips every missed run; 'latest' all but the newest
 -- of a job; every policy skips missed runs older than the job's catch-up window. Overlap
--- 'skip' jobs skip due runs while another run of the job is running.
+-- 'skip' jobs skip due runs while another run of the job is running. Manual runs are
+-- explicit requests: never skipped (under overlap 'skip' they wait, like 'wait').
 -- Two index range scans keep it cheap on every claim: old unstarted runs, and due runs of
 -- exclusive jobs.
 WITH due AS (
@@ -127,7 +128,7 @@ WITH due AS (
         (SELECT id FROM runs WHERE status IN ('scheduled', 'failed') AND exclusive
            AND run_after <= now()
          ORDER BY run_after LIMIT $2::int))
-      AND r.status = 'scheduled' AND r.attempts = 0
+      AND r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
     FOR UPDATE OF r SKIP LOCKED
 ), judged AS (
     SELECT d.id,

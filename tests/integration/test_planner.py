@@ -226,3 +226,17 @@ async def test_pause_stops_claiming_and_resume_applies_catchup(store: Store) -> 
     assert len(claimed) == 1
     statuses = await _due_statuses(store, row["id"])
     assert statuses["running"] == 1 and statuses["skipped"] >= 11
+
+
+async def test_manual_runs_are_never_skipped_as_missed(store: Store) -> None:
+    row = await jobs.create_job(
+        store, job("manual", cron="0 0 1 1 *", catchup="none", overlap="skip"), LIMITS
+    )
+    run_id, created = await jobs.trigger_job(store, row["id"], None, None)
+    # The trigger waited two hours (no worker, say): it still runs.
+    await store._ex.execute(
+        "update runs set scheduled_at = now() - interval '2 hours', run_after = now() - interval '2 hours'"
+        " where trigger = 'manual'"
+    )
+    claimed = await _claim_all(store)
+    assert created and [(r["id"], r["trigger"]) for r in claimed] == [(run_id, "manual")]
