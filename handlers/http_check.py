@@ -25,7 +25,9 @@ def main() -> int:
         print(f"invalid payload: {exc!r}", file=sys.stderr)
         return EX_DATAERR
     # The run id is a natural idempotency key: a run may execute again after a crash.
-    request = urllib.request.Request(url, headers={"X-Punchclock-Run": os.environ.get("PUNCHCLOCK_RUN_ID", "")})
+    request = urllib.request.Request(
+        url, headers={"X-Punchclock-Run": os.environ.get("PUNCHCLOCK_RUN_ID", "")}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status = response.status
