@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from supervisor.health import database_snapshot, readiness
-from supervisor.metrics import CONTENT_TYPE, Metrics
+from supervisor.health import database_snapshot
+from supervisor.httpd import health_routes
+from supervisor.metrics import Metrics
 from supervisor.store import Store
 
 
@@ -20,15 +21,7 @@ def observability_routes(
     metrics.database_gauges()
     store = Store(pool)
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        ok, body = await readiness(pool, max_lag)
-        return web.json_response(body, status=200 if ok else 503)
-
-    async def metrics_(_: web.Request) -> web.Response:
+    async def refresh() -> None:
         metrics.snapshot = await database_snapshot(store)
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
-    return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_)]
+    return health_routes(pool, max_lag, metrics, before_scrape=refresh)

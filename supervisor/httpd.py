@@ -1,6 +1,8 @@
-"""The supervisor's small HTTP side door: /metrics, /healthz and /readyz on metrics_listen."""
+"""Health and metrics routes, and the supervisor's small HTTP side door on metrics_listen."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 from aiohttp import web
@@ -9,8 +11,16 @@ from supervisor.health import readiness
 from supervisor.metrics import CONTENT_TYPE, Metrics
 
 
-def health_routes(pool: asyncpg.Pool, max_lag: float, metrics: Metrics) -> list[web.RouteDef]:
-    """Routes shared by the supervisor's metrics port and the API."""
+def health_routes(
+    pool: asyncpg.Pool,
+    max_lag: float,
+    metrics: Metrics,
+    before_scrape: Callable[[], Awaitable[None]] | None = None,
+) -> list[web.RouteDef]:
+    """/healthz, /readyz and /metrics, shared by the supervisor's side door and the API.
+
+    `before_scrape` refreshes what the gauges read (the API's database snapshot).
+    """
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "alive"})
@@ -20,6 +30,8 @@ def health_routes(pool: asyncpg.Pool, max_lag: float, metrics: Metrics) -> list[
         return web.json_response(body, status=200 if ok else 503)
 
     async def metrics_(_: web.Request) -> web.Response:
+        if before_scrape is not None:
+            await before_scrape()
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_)]

@@ -103,23 +103,7 @@ class Store:
     # ------------------------------------------------------------ jobs
 
     async def insert_job(self, f: dict[str, Any]) -> Record:
-        row = await self._fetchrow(
-            "insert_job",
-            f["name"],
-            f["type"],
-            f["payload"],
-            f["cron"],
-            f["run_at"],
-            f["timezone"],
-            f["max_attempts"],
-            f["timeout_seconds"],
-            f["retry_base_seconds"],
-            f["retry_cap_seconds"],
-            f["catchup"],
-            f["catchup_window_seconds"],
-            f["overlap"],
-            f["paused"],
-        )
+        row = await self._fetchrow("insert_job", *_job_args(f))
         assert row is not None
         return row
 
@@ -144,24 +128,7 @@ class Store:
         return await self._fetch("list_jobs", type, paused, name_prefix, after_id, limit)
 
     async def update_job(self, job_id: int, f: dict[str, Any]) -> Record | None:
-        return await self._fetchrow(
-            "update_job",
-            job_id,
-            f["name"],
-            f["type"],
-            f["payload"],
-            f["cron"],
-            f["run_at"],
-            f["timezone"],
-            f["max_attempts"],
-            f["timeout_seconds"],
-            f["retry_base_seconds"],
-            f["retry_cap_seconds"],
-            f["catchup"],
-            f["catchup_window_seconds"],
-            f["overlap"],
-            f["paused"],
-        )
+        return await self._fetchrow("update_job", job_id, *_job_args(f))
 
     async def reset_job_plan(self, job_id: int) -> None:
         await self._execute("reset_job_plan", job_id)
@@ -402,6 +369,29 @@ Completion = tuple[
 RunKey = tuple[datetime, int]
 TimeRange = tuple[datetime, datetime]
 OpenRange = tuple[datetime | None, datetime | None]
+
+
+# The job columns in the parameter order of insert_job ($1..) and update_job ($2..).
+JOB_COLUMNS = (
+    "name",
+    "type",
+    "payload",
+    "cron",
+    "run_at",
+    "timezone",
+    "max_attempts",
+    "timeout_seconds",
+    "retry_base_seconds",
+    "retry_cap_seconds",
+    "catchup",
+    "catchup_window_seconds",
+    "overlap",
+    "paused",
+)
+
+
+def _job_args(fields: dict[str, Any]) -> list[Any]:
+    return [fields[c] for c in JOB_COLUMNS]
 
 
 def _rowcount(status: str) -> int:

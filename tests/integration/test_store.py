@@ -101,3 +101,18 @@ def test_migrations_are_numbered_and_forward_only() -> None:
     assert names == [n for n, _ in store_mod.bundled_migrations()]
     numbers = [int(n[:4]) for n in names]
     assert numbers == list(range(1, len(numbers) + 1))
+
+
+async def test_python_enums_mirror_the_database(pool: asyncpg.Pool) -> None:
+    from supervisor.model import Catchup, Outcome, Overlap, RunStatus, Trigger
+
+    pairs = {
+        "run_status": RunStatus,
+        "attempt_outcome": Outcome,
+        "catchup_policy": Catchup,
+        "overlap_policy": Overlap,
+        "run_trigger": Trigger,
+    }
+    for db_type, enum in pairs.items():
+        labels = await pool.fetchval(f"SELECT enum_range(NULL::{db_type})::text[]")
+        assert labels == [e.value for e in enum], db_type
