@@ -170,6 +170,7 @@ class Supervisor:
             misfire_grace=cfg.misfire_grace,
             poll_interval=cfg.poll_interval,
             on_skipped=lambda rows: _record_skipped(m, rows),
+            on_claim_latency=m.claim_latency.record,
             held=executor.inflight.keys,
         )
 
@@ -214,15 +215,15 @@ class Supervisor:
             lambda: [(len(executor.inflight), {})],
         )
         m.gauge("punchclock_free_slots", "Free run slots", lambda: [(executor.free_slots, {})])
-        m.gauge(
-            "punchclock_service_db_errors",
-            "Database errors seen by each service since start",
+        m.counter(
+            "punchclock_db_errors",
+            "Database errors seen by each service",
             lambda: [(s.errors, {"service": s.name}) for s in loops],
         )
-        m.gauge(
-            "punchclock_late_results_rejected",
-            "Results dropped because the lease was gone, since start",
-            lambda: [(executor.counters.late_results, {})],
+        m.counter(
+            "punchclock_lease_renewal_failures",
+            "Lease renewal rounds that failed",
+            lambda: [(heartbeater.failures, {})],
         )
         return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 

@@ -33,6 +33,7 @@ class Claimer(Loop):
         misfire_grace: float,
         poll_interval: float,
         on_skipped: Callable[[list[Any]], None] | None = None,
+        on_claim_latency: Callable[[float], None] | None = None,
         held: Callable[[], Collection[int]] | None = None,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
@@ -48,7 +49,7 @@ class Claimer(Loop):
         # The last claim failed in a way that may have committed (connection lost around
         # COMMIT): the database may hold leases of ours on runs we never started.
         self.uncertain = False
-        self.claim_seconds: list[float] = []
+        self.on_claim_latency = on_claim_latency
 
     async def run_once(self) -> float | None:
         if not self.types:
@@ -72,8 +73,8 @@ class Claimer(Loop):
             raise
         recovered = held is not None
         self.uncertain = False
-        self.claim_seconds.append(time.monotonic() - sent_at)
-        del self.claim_seconds[:-1000]
+        if self.on_claim_latency:
+            self.on_claim_latency(time.monotonic() - sent_at)
         if skipped:
             for r in skipped:
                 log_event(

@@ -82,9 +82,6 @@ class Metrics:
         self.lease_renewals = m.create_counter(
             "punchclock_lease_renewals", unit="1", description="Lease renewals that succeeded"
         )
-        self.lease_renewal_failures = m.create_counter(
-            "punchclock_lease_renewal_failures", unit="1", description="Renewal rounds that failed"
-        )
         self.self_fenced = m.create_counter(
             "punchclock_self_fenced_kills", unit="1", description="Children killed by self-fencing"
         )
@@ -100,9 +97,6 @@ class Metrics:
         self.claim_latency = m.create_histogram(
             "punchclock_claim_latency", unit="s", description="Claim transaction round trip"
         )
-        self.db_errors = m.create_counter(
-            "punchclock_db_errors", unit="1", description="Database errors by service"
-        )
         self._gauges: dict[str, Any] = {}
         self._meter = m
         self.snapshot = DatabaseSnapshot()
@@ -114,6 +108,16 @@ class Metrics:
             return [Observation(v, a) for v, a in read()]
 
         self._gauges[name] = self._meter.create_observable_gauge(
+            name, callbacks=[callback], unit="1", description=description
+        )
+
+    def counter(self, name: str, description: str, read: Any) -> None:
+        """An observable counter over a running total the code keeps anyway."""
+
+        def callback(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(v, a) for v, a in read()]
+
+        self._gauges[name] = self._meter.create_observable_counter(
             name, callbacks=[callback], unit="1", description=description
         )
 

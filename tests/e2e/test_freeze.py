@@ -41,7 +41,12 @@ async def test_frozen_supervisor_result_is_rejected_after_takeover(
     assert killers, f"the first child was killed by fencing or the lost-lease check:\n{a.tail()}"
     assert rejected["outcome"] == "killed"
     metrics = await asyncio.to_thread(scrape, port)
-    assert metrics.get("punchclock_late_results_rejected") == 1, metrics
+    late = [
+        v
+        for k, v in metrics.items()
+        if k.startswith("punchclock_attempts_total{") and 'outcome="rejected_late"' in k
+    ]
+    assert late == [1.0], metrics
 
     row = (await runs(store, [run_id]))[run_id]
     assert row["status"] == "succeeded" and row["last_error"] is None

@@ -101,6 +101,9 @@ async def test_metrics_and_logs_equal_what_happened(
     assert sample(text, "punchclock_queue_delay_seconds_count") == started
     assert sample(text, "punchclock_run_duration_seconds_count", type="append") == 3
     assert sample(text, "punchclock_lease_renewals_total") >= 1
+    assert sample(text, "punchclock_claim_latency_seconds_count") >= 1
+    assert sample(text, "punchclock_db_errors_total", service="claimer") == 0
+    assert sample(text, "punchclock_running_children") <= 1
     # Per-process instruments only: database-wide gauges come from the API.
     assert "punchclock_runs{" not in text and "punchclock_due_runs_waiting" not in text
 
