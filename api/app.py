@@ -23,11 +23,11 @@ from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
 from supervisor.config import Config, parse_listen
-from supervisor.errors import PunchclockError
+from supervisor.errors import PunchclockError, SchemaMismatch
 from supervisor.log import log_event
 from supervisor.metrics import Metrics
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, create_pool, migrate, pending_migrations
+from supervisor.store import Store, check_schema, create_pool, migrate, pending_migrations
 
 log = logging.getLogger("punchclock.api")
 
@@ -98,10 +98,10 @@ async def serve(
             if auto_migrate:
                 await migrate(conn)
             pending = await pending_migrations(conn)
-        if pending:
-            raise PunchclockError(
-                f"the database needs migrations {', '.join(pending)}; run `punchclock migrate`"
-            )
+        try:
+            check_schema(pending)
+        except SchemaMismatch as exc:
+            raise PunchclockError(str(exc)) from None
         metrics = Metrics("api")
         routes = [*(extra_routes or []), *observability_routes(pool, cfg.ready_max_lag, metrics)]
         app = create_app(cfg, Store(pool), extra_routes=routes)

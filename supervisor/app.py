@@ -26,7 +26,6 @@ import asyncpg
 from supervisor import __version__
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
-from supervisor.errors import SchemaMismatch
 from supervisor.executor import Executor
 from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
@@ -40,7 +39,14 @@ from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import WAKE_CHANNEL, Store, create_pool, migrate, pending_migrations
+from supervisor.store import (
+    WAKE_CHANNEL,
+    Store,
+    check_schema,
+    create_pool,
+    migrate,
+    pending_migrations,
+)
 
 log = logging.getLogger("punchclock.supervisor")
 
@@ -103,10 +109,14 @@ class Supervisor:
                 await migrate(conn)
                 return
             pending = await pending_migrations(conn)
+        check_schema(pending)
         if pending:
-            raise SchemaMismatch(
-                f"database schema is behind this punchclock (pending: {', '.join(pending)}); "
-                "run `punchclock migrate` first"
+            log_event(
+                log,
+                "schema_behind",
+                level=logging.WARNING,
+                pending=pending,
+                detail="compatible with this build; run `punchclock migrate` to finish the upgrade",
             )
 
     async def _connect(self) -> asyncpg.Pool:

@@ -466,6 +466,21 @@ def _check_compatible(known: list[tuple[str, str]], applied: dict[str, str]) -> 
         raise SchemaMismatch(f"migration files changed after they were applied: {changed}")
 
 
+# The newest migration this build's queries need. A database behind the bundled migrations
+# but at or past this one is compatible: the code keeps running while an upgrade rolls out.
+REQUIRED_MIGRATION = "0001_init.sql"
+
+
+def check_schema(pending: list[str]) -> None:
+    """Raise SchemaMismatch when a pending migration is one this build's queries need."""
+    needed = [n for n in pending if n <= REQUIRED_MIGRATION]
+    if needed:
+        raise SchemaMismatch(
+            f"database schema is behind this punchclock (needs {', '.join(needed)}); "
+            "run `punchclock migrate` first"
+        )
+
+
 async def pending_migrations(conn: Conn) -> list[str]:
     """Names not yet applied; raises SchemaMismatch like migrate() would."""
     known = bundled_migrations()
