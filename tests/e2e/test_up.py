@@ -1,0 +1,68 @@
+"""`punchclock up` with a database URL: supervisor + API come up, demo jobs run, Ctrl-C stops all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from supervisor.store import Store
+
+from ..helpers import wait_for
+from .procs import ROOT, free_port
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+    except OSError:  # not listening yet
+        return 0, {}
+
+
+async def test_up_runs_everything_and_ctrl_c_stops_it(
+    dsn: str, store: Store, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    env["HOME"] = str(tmp_path)  # the admin token file lands in ~/.config/punchclock
+    log = (tmp_path / "up.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
+         "--api-listen", f"127.0.0.1:{port}"],
+        cwd=ROOT, env=env, stdout=log, stderr=log,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_for(lambda: _get(f"{base}/healthz")[0] == 200, 30, "the API to answer")
+        token = (tmp_path / ".config" / "punchclock" / "admin-token").read_text().strip()
+        status, body = _get(f"{base}/v1/jobs", token)
+        assert status == 200
+        names = {j["name"] for j in body["jobs"]}  # type: ignore[attr-defined]
+        assert {"demo-every-10-seconds", "demo-berlin-nightly", "demo-api-health"} <= names
+        assert _get(f"{base}/v1/jobs")[0] == 401, "tokens are required"
+
+        async def a_demo_run_succeeded() -> bool:
+            n = await store._ex.fetchval("SELECT count(*) FROM runs WHERE status = 'succeeded'")
+            return bool(n)
+
+        await wait_for(a_demo_run_succeeded, 30, "a demo run to succeed")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        text = (tmp_path / "up.log").read_text()
+        assert "punchclock is up" in text and "supervisor_drained" in text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
