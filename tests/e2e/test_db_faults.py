@@ -96,7 +96,11 @@ async def test_unreachable_database_fences_children_before_their_leases_expire(
 async def _fence_while_partitioned(
     cluster: Cluster, store: Store, tmp_path: Path, dsn: str, port: int, proxy: CuttableProxy
 ) -> None:
-    via_proxy = urlunsplit(urlsplit(dsn)._replace(netloc=f"postgres@127.0.0.1:{port}"))
+    parts = urlsplit(dsn)
+    userinfo = parts.netloc.rpartition("@")[
+        0
+    ]  # keep the credentials (a local cluster has a password)
+    via_proxy = urlunsplit(parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}"))
     a = await cluster.start_ready("a", ["sleeper"], dsn=via_proxy)
     work = tmp_path / "work"
     work.mkdir()
