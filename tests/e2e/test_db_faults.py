@@ -97,9 +97,8 @@ async def _fence_while_partitioned(
     cluster: Cluster, store: Store, tmp_path: Path, dsn: str, port: int, proxy: CuttableProxy
 ) -> None:
     parts = urlsplit(dsn)
-    userinfo = parts.netloc.rpartition("@")[
-        0
-    ]  # keep the credentials (a local cluster has a password)
+    # Keep the credentials: a local throwaway cluster has a password.
+    userinfo = parts.netloc.rpartition("@")[0]
     via_proxy = urlunsplit(parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}"))
     a = await cluster.start_ready("a", ["sleeper"], dsn=via_proxy)
     work = tmp_path / "work"
