@@ -87,16 +87,21 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
         store = Store(conn)
         created = []
         for spec in DEMO_JOBS if demo else []:
-            if await store.get_job_by_name(spec["name"]) is not None:
-                continue
             body = dict(spec)
             if "payload" in body:
                 body["payload"] = {
                     k: v.replace("{api}", api) if isinstance(v, str) else v
                     for k, v in body["payload"].items()
                 }
-            await jobs.create_job(store, jobs.validate_job(body), PlanLimits())
-            created.append(spec["name"])
+            existing = await store.get_job_by_name(spec["name"])
+            if existing is None:
+                await jobs.create_job(store, jobs.validate_job(body), PlanLimits())
+                created.append(spec["name"])
+            elif existing["payload"] != body.get("payload", {}):
+                # The API may listen elsewhere this time: keep the health check pointed at it.
+                await jobs.update_job(
+                    store, existing["id"], {"payload": body["payload"]}, PlanLimits()
+                )
         return created
     finally:
         await conn.close()
