@@ -26,8 +26,9 @@ from supervisor.config import Config, parse_listen
 from supervisor.errors import PunchclockError, SchemaMismatch
 from supervisor.log import log_event
 from supervisor.metrics import Metrics
+from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, check_schema, create_pool, migrate, pending_migrations
+from supervisor.store import Store, create_pool
 
 log = logging.getLogger("punchclock.api")
 

@@ -3,6 +3,11 @@
 It sleeps until the earliest due run it could take, a NOTIFY wake-up, or a freed slot; a
 bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs in the
 same short transaction as the claim, so a missed run is never started.
+
+While a backlog of due runs waits, a freed slot is refilled together with the next few
+(`refill_batch` slots, or after `refill_wait` seconds at most): each claim is a transaction
+of four round trips whose cost barely depends on how many runs it takes, so claiming one
+run per finished child would make the database the bottleneck for short runs.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class Claimer(Loop):
         on_skipped: Callable[[list[Any]], None] | None = None,
         on_claim_latency: Callable[[float], None] | None = None,
         held: Callable[[], Collection[int]] | None = None,
+        refill_batch: int = 1,
+        refill_wait: float = 0.0,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
         self.store = store
@@ -50,6 +57,10 @@ class Claimer(Loop):
         # COMMIT): the database may hold leases of ours on runs we never started.
         self.uncertain = False
         self.on_claim_latency = on_claim_latency
+        self.refill_batch = max(1, refill_batch)
+        self.refill_wait = refill_wait
+        self._backlog = False  # the last claim filled every free slot: more may be due
+        self._refill_by: float | None = None
 
     async def run_once(self) -> float | None:
         if not self.types:
@@ -57,6 +68,13 @@ class Claimer(Loop):
         free = self.free_slots()
         if free <= 0:
             return self.interval  # a finishing run wakes us
+        if self._backlog and free < self.refill_batch:
+            now = time.monotonic()
+            if self._refill_by is None:
+                self._refill_by = now + self.refill_wait
+            if now < self._refill_by:
+                return self._refill_by - now  # a finishing run wakes us sooner
+        self._refill_by = None
         sent_at = time.monotonic()
         # Every run we start is in `held` from start() on, and this loop is the only claimer
         # here, so any other run leased to us comes from a claim whose reply we never saw.
@@ -70,8 +88,10 @@ class Claimer(Loop):
             return 0.01
         except DB_ERRORS:
             self.uncertain = True
+            self._backlog = False
             raise
         recovered = held is not None
+        self._backlog = len(rows) == free
         self.uncertain = False
         if self.on_claim_latency:
             self.on_claim_latency(time.monotonic() - sent_at)

@@ -58,7 +58,8 @@ def _need_db(cfg: Config) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from supervisor.store import connect, migrate
+    from supervisor.migrator import migrate
+    from supervisor.store import connect
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
@@ -178,7 +179,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_database(dsn: str) -> list[str]:
-    from supervisor.store import connect, pending_migrations
+    from supervisor.migrator import pending_migrations
+    from supervisor.store import connect
 
     async def run() -> list[str]:
         try:

@@ -61,6 +61,9 @@ class InFlight:
     # that misses the run no longer means "lost": the completion may just have been recorded,
     # and the fenced completion itself tells a late result apart.
     completing: bool = False
+    # Its slot is free again: the child has ended (or never started), so the next run may
+    # start while this result is still being recorded.
+    slot_freed: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -100,6 +103,9 @@ class Executor:
         self.on_slot_free = on_slot_free
         self.on_event = on_event
         self.inflight: dict[int, InFlight] = {}
+        # Runs whose child is starting or running: what `concurrency` limits. The in-flight
+        # table also holds runs whose result is being recorded (their leases still renew).
+        self.running = 0
         self.counters = Counters()
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
         # (completion, exclusive, future): True recorded, False late, None given up at shutdown
@@ -110,7 +116,7 @@ class Executor:
 
     @property
     def free_slots(self) -> int:
-        return max(0, self.concurrency - len(self.inflight))
+        return max(0, self.concurrency - self.running)
 
     def leases(self) -> list[tuple[int, int]]:
         return [(e.run_id, e.lease_token) for e in self.inflight.values()]
@@ -158,7 +164,15 @@ class Executor:
             exclusive=row["exclusive"],
         )
         self.inflight[entry.run_id] = entry
+        self.running += 1
         entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row))
+
+    def _free_slot(self, entry: InFlight) -> None:
+        if not entry.slot_freed:
+            entry.slot_freed = True
+            self.running -= 1
+            if self.on_slot_free:
+                self.on_slot_free()
 
     async def _execute(self, entry: InFlight, row: Any) -> None:
         try:
@@ -166,6 +180,7 @@ class Executor:
             if entry.released:
                 return
             entry.completing = True
+            self._free_slot(entry)  # refill now; the completer records the result meanwhile
             completion, status = self._completion(entry, row, result)
             recorded = await self._complete(completion, entry)
             self._finished(entry, result, status, completion[4], recorded, retry_in=completion[3])
@@ -173,8 +188,7 @@ class Executor:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
         finally:
             self.inflight.pop(entry.run_id, None)
-            if self.on_slot_free:
-                self.on_slot_free()
+            self._free_slot(entry)
 
     async def _run_child(self, entry: InFlight, row: Any) -> ChildResult:
         handler = self.registry.handlers.get(row["type"])

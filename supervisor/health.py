@@ -13,7 +13,8 @@ import asyncpg
 from supervisor.errors import SchemaMismatch
 from supervisor.loop import DB_ERRORS
 from supervisor.metrics import DatabaseSnapshot
-from supervisor.store import Store, pending_migrations
+from supervisor.migrator import pending_migrations
+from supervisor.store import Store
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:

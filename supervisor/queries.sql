@@ -182,7 +182,10 @@ WITH orphans AS (
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
             AND x.exclusive))
-    ORDER BY r.run_after, r.id
+    -- run_after alone, as runs_claimable is ordered: with an id tie-break every claim would
+    -- read and sort all runs due at the same instant (a burst of 5,000 cron runs at 00:00
+    -- made each claim O(burst)). Ties come in index order (heap position).
+    ORDER BY r.run_after
     LIMIT $2::int
     FOR UPDATE OF r SKIP LOCKED
 ), chosen AS (

@@ -22,8 +22,9 @@ from typing import Any
 
 from supervisor import jobs
 from supervisor.config import Config, parse_listen
+from supervisor.migrator import migrate
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, connect, migrate
+from supervisor.store import Store, connect
 
 PR_SET_PDEATHSIG = 1
 DEMO_JOBS: list[dict[str, Any]] = [

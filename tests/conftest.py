@@ -22,7 +22,8 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor.store import Store, connect, create_pool, migrate
+from supervisor.migrator import migrate
+from supervisor.store import Store, connect, create_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 

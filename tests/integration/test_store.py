@@ -10,9 +10,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from supervisor import store as store_mod
+from supervisor import migrator as store_mod
 from supervisor.errors import SchemaMismatch
-from supervisor.store import QUERIES, Store, connect, migrate, pending_migrations
+from supervisor.migrator import migrate, pending_migrations
+from supervisor.store import QUERIES, Store, connect
 
 from ..conftest import with_database
 
@@ -119,7 +120,7 @@ async def test_python_enums_mirror_the_database(pool: asyncpg.Pool) -> None:
 
 
 def test_a_schema_behind_but_compatible_is_accepted() -> None:
-    from supervisor.store import REQUIRED_MIGRATION, check_schema
+    from supervisor.migrator import REQUIRED_MIGRATION, check_schema
 
     check_schema([])
     check_schema(["9000_added_later.sql"])  # newer than what this build needs: keeps running
