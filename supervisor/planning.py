@@ -6,6 +6,7 @@ transaction). Times come from the database clock passed in as `db_now`.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -16,6 +17,10 @@ from supervisor.store import PlannedRow, Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
 MISSED = "missed"
+# Planning a job takes ~0.1 ms of CPU; a batch of 500 would hold the event loop for 50 ms+
+# and delay claims and spawns by as much (bench/: start lateness while 10,000 jobs are
+# planned). Yielding every few jobs keeps the loop responsive.
+YIELD_EVERY = 25
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,9 @@ async def plan_jobs(tx: Store, jobs: list[Any], db_now: datetime, limits: PlanLi
     """Insert the runs of already locked jobs and move their marks; returns rows inserted."""
     rows: list[PlannedRow] = []
     marks: list[tuple[int, datetime, datetime]] = []
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         plan = plan_job(job, db_now, limits)
         rows.extend(plan.rows)
         marks.append((job["id"], plan.planned_until, plan.plan_after))

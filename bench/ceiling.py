@@ -1,0 +1,83 @@
+"""The machine's process-spawn ceiling: asyncio spawning and reaping a command at a fixed
+concurrency with no database. Runs in its own process (`python -m bench.ceiling`) so it
+competes for the CPU like a supervisor does, and prints one JSON line.
+
+Modes: `child` uses supervisor.runner.Child (pidfd + wait4, the supervisor's own runner: the
+ceiling the throughput target refers to); `pidfd` and `threaded` use
+asyncio.create_subprocess_exec with the PidfdChildWatcher or Python 3.11's default
+ThreadedChildWatcher, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from supervisor.runner import Child, ChildSpec
+
+
+async def _child_worker(argv: list[str], left: list[int], env: dict[str, str]) -> None:
+    spec = ChildSpec(argv=argv, env=env, stdin=b"{}", timeout=3600.0, kill_grace=1.0)
+    while left[0] > 0:
+        left[0] -= 1
+        child = await Child.spawn(spec)
+        result = await child.wait()
+        if result.outcome != "succeeded":
+            raise RuntimeError(f"{argv} failed: {result}")
+
+
+async def _asyncio_worker(argv: list[str], left: list[int], env: dict[str, str]) -> None:
+    while left[0] > 0:
+        left[0] -= 1
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        await proc.communicate(b"{}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv} exited {proc.returncode}")
+
+
+async def measure(mode: str, n: int, concurrency: int, argv: list[str]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    worker = _child_worker if mode == "child" else _asyncio_worker
+    left = [n]
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(argv, left, env) for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    return {
+        "mode": mode,
+        "n": n,
+        "concurrency": concurrency,
+        "seconds": elapsed,
+        "runs_per_s": n / elapsed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.ceiling")
+    p.add_argument("--n", type=int, default=5000)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--mode", choices=("child", "pidfd", "threaded"), default="child")
+    p.add_argument("command", nargs="*", default=["/bin/true"])
+    args = p.parse_args(argv)
+    if args.mode == "pidfd":
+        asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
+    elif args.mode == "threaded":
+        asyncio.set_child_watcher(asyncio.ThreadedChildWatcher())
+    result = asyncio.run(measure(args.mode, args.n, args.concurrency, args.command))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""What every scenario shares: a PostgreSQL server, a fresh migrated database per scenario,
+real supervisor and API processes (always stopped, by pid), percentiles, the result rows
+and the table printer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import psutil
+
+from supervisor.migrator import migrate
+from supervisor.store import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class Metric:
+    """One row of the table. `ok` is None when the metric has no target."""
+
+    scenario: str
+    name: str
+    value: float | None
+    unit: str
+    target: str = ""
+    ok: bool | None = None
+    baseline: float | None = None  # the same quantity without punchclock, same run
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.value is None or not self.baseline:
+            return None
+        return self.value / self.baseline
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    metrics: list[Metric] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)  # correctness, e.g. exactly-once
+    seconds: float = 0.0
+    error: str | None = None
+
+    def add(self, name: str, value: float | None, unit: str, **kw: Any) -> Metric:
+        m = Metric(self.name, name, value, unit, **kw)
+        self.metrics.append(m)
+        return m
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metrics": [{**asdict(m), "ratio": m.ratio} for m in self.metrics],
+            "checks": self.checks,
+            "details": self.details,
+            "seconds": round(self.seconds, 2),
+            "error": self.error,
+        }
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """n, p50, p99, max and mean of `values` (nearest-rank percentiles)."""
+    if not values:
+        return {"n": 0, "p50": math.nan, "p99": math.nan, "max": math.nan, "mean": math.nan}
+    s = sorted(values)
+    return {
+        "n": len(s),
+        "p50": percentile(s, 50),
+        "p99": percentile(s, 99),
+        "max": s[-1],
+        "mean": sum(s) / len(s),
+    }
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit in ("runs", "jobs", "rows", "requests") or float(value).is_integer():
+        return f"{value:,.0f} {unit}".strip()
+    if abs(value) >= 100:
+        return f"{value:,.0f} {unit}".strip()
+    if abs(value) >= 10:
+        return f"{value:.1f} {unit}".strip()
+    return f"{value:.2f} {unit}".strip()
+
+
+def table(results: Sequence[ScenarioResult]) -> str:
+    """A plain-text table (also valid Markdown) of every metric."""
+    header = ("scenario", "metric", "value", "target", "met", "baseline", "ratio")
+    rows: list[tuple[str, ...]] = []
+    for r in results:
+        if r.error:
+            rows.append((r.name, "ERROR", r.error.splitlines()[-1][:60], "", "", "", ""))
+        for m in r.metrics:
+            met = "" if m.ok is None else ("yes" if m.ok else "NO")
+            ratio = "" if m.ratio is None else f"{m.ratio:.2f}x"
+            base = "" if m.baseline is None else _fmt(m.baseline, m.unit)
+            rows.append((r.name, m.name, _fmt(m.value, m.unit), m.target, met, base, ratio))
+        for check, passed in r.checks.items():
+            rows.append((r.name, f"check: {check}", "pass" if passed else "FAIL", "", "", "", ""))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in
+              enumerate(header)]  # fmt: skip
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "loadavg_at_start": [round(x, 2) for x in load],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+# ---------------------------------------------------------------- the database server
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def _docker_answers(timeout: float = 2.0) -> bool:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(host.removeprefix("unix://"))
+            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b"OK" in s.recv(1024)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def admin_dsn() -> Iterator[str]:
+    """The tests' fixture chain: an admin DSN from the environment, else Docker, else a
+    throwaway local cluster (supervisor.pgserver, as `punchclock up` uses)."""
+    for var in ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"):
+        if url := os.environ.get(var):
+            yield url
+            return
+    if _docker_answers():
+        with contextlib.suppress(ImportError):
+            from testcontainers.postgres import PostgresContainer
+
+            with PostgresContainer("postgres:16-alpine", driver=None) as pg:
+                yield pg.get_connection_url()
+            return
+    from supervisor.pgserver import LocalPostgres
+
+    with tempfile.TemporaryDirectory(prefix="pc-bench-", dir="/tmp") as tmp:
+        os.chmod(tmp, 0o755)
+        server = LocalPostgres(Path(tmp) / "pg", persistent=False)
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+
+
+class Databases:
+    """A migrated template, and a fresh copy of it per scenario (dropped afterwards)."""
+
+    def __init__(self, admin: str) -> None:
+        self.admin = admin
+        self.template = f"pc_bench_tpl_{os.getpid()}"
+
+    async def _admin(self, sql: str) -> None:
+        conn = await asyncpg.connect(self.admin)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    async def create_template(self) -> None:
+        await self._admin(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)')
+        await self._admin(f'CREATE DATABASE "{self.template}"')
+        conn = await connect(with_database(self.admin, self.template))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    async def drop_template(self) -> None:
+        await self._admin(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)')
+
+    @contextlib.asynccontextmanager
+    async def fresh(self, tag: str) -> AsyncIterator[str]:
+        name = f"pc_bench_{tag}_{uuid.uuid4().hex[:8]}"
+        await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        # Flush what earlier scenarios wrote (their databases, their processes' logs) now:
+        # the kernel's writeback 30 s later, or the checkpointer, would otherwise stall this
+        # scenario's commits mid-measurement. CHECKPOINT needs superuser or pg_checkpoint.
+        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+            await self._admin("CHECKPOINT")
+        await asyncio.to_thread(os.sync)
+        try:
+            yield with_database(self.admin, name)
+        finally:
+            await self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    async def server_info(self) -> dict[str, Any]:
+        conn = await asyncpg.connect(self.admin)
+        try:
+            settings = {
+                name: await conn.fetchval(f"SHOW {name}")
+                for name in ("server_version", "shared_buffers", "synchronous_commit", "fsync")
+            }
+        finally:
+            await conn.close()
+        return settings
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Proc:
+    """A supervisor or API OS process with its JSON log file."""
+
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.name = name
+        self.popen = popen
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        out = []
+        with contextlib.suppress(FileNotFoundError):
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if line.startswith("{") and f'"{event}"' in line:
+                    with contextlib.suppress(ValueError):
+                        rec = json.loads(line)
+                        if rec.get("event") == event:
+                            out.append(rec)
+        return out
+
+    def tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(FileNotFoundError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    async def wait_event(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.events(event)
+            if found:
+                return found[0]
+            if not self.running:
+                raise RuntimeError(f"{self.name} exited waiting for {event}:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: no {event} within {timeout}s:\n{self.tail()}")
+            await asyncio.sleep(0.02)
+
+    def rss(self) -> int:
+        return int(psutil.Process(self.pid).memory_info().rss)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL: never leaves the process behind."""
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+
+class Processes:
+    """Starts supervisors and API processes and stops every one of them (by pid)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+        env.update(extra or {})
+        return env
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None) -> Proc:
+        log_path = self.workdir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=self._env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def supervisor(
+        self,
+        dsn: str,
+        name: str,
+        handlers: dict[str, list[str]],
+        *,
+        concurrency: int = 8,
+        lease_ttl: float = 30.0,
+        misfire_grace: float | None = None,
+        env: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> Proc:
+        toml = write_handlers(
+            self.workdir / f"handlers-{name}-{uuid.uuid4().hex[:6]}.toml", handlers
+        )
+        argv = [PYTHON, "-m", "supervisor", "supervise", "--database-url", dsn,
+                "--handlers", str(toml), "--concurrency", str(concurrency),
+                "--worker-id", name, "--lease-ttl", str(lease_ttl),
+                "--drain-timeout", "5", "--kill-grace", "1"]  # fmt: skip
+        if misfire_grace is not None:
+            argv += ["--misfire-grace", str(misfire_grace)]
+        argv += list(extra_args)
+        return self._spawn(name, argv, env)
+
+    def api(self, dsn: str, name: str = "api") -> Proc:
+        argv = [PYTHON, "-m", "supervisor", "api", "--database-url", dsn,
+                "--listen", "127.0.0.1:0"]  # fmt: skip
+        return self._spawn(name, argv, None)
+
+    def python(self, name: str, args: list[str]) -> Proc:
+        return self._spawn(name, [PYTHON, *args], None)
+
+    def stop(self, proc: Proc, timeout: float = 20.0) -> int | None:
+        try:
+            return proc.stop(timeout)
+        finally:
+            if proc in self.procs:
+                self.procs.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in list(self.procs):  # SIGTERM all first: they drain in parallel
+            if proc.running:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.popen.send_signal(signal.SIGTERM)
+        for proc in list(self.procs):
+            self.stop(proc)
+
+
+async def start_supervisors(procs: Processes, count: int, **kw: Any) -> list[Proc]:
+    """`count` supervisors named sup-0.., each started and serving."""
+    dsn = kw.pop("dsn")
+    started = [procs.supervisor(dsn, f"sup-{i}", **kw) for i in range(count)]
+    for p in started:
+        await p.wait_event("supervisor_started", timeout=60)
+    return started
+
+
+async def api_url(proc: Proc) -> str:
+    rec = await proc.wait_event("api_listening", timeout=60)
+    return str(rec["urls"][0])
+
+
+def write_handlers(path: Path, handlers: dict[str, list[str]]) -> Path:
+    lines = []
+    for type_name, argv in handlers.items():
+        lines += [f'[handlers."{type_name}"]', f"command = {json.dumps(argv)}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+async def wait_until(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:
+    """Poll an async predicate until truthy; RuntimeError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+@dataclass
+class Context:
+    dbs: Databases
+    procs: Processes
+    workdir: Path
+    smoke: bool

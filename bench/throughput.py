@@ -1,0 +1,244 @@
+"""Throughput: 1, 2 and 4 supervisors (concurrency 8 each) drain N due runs of /bin/true.
+
+Reported as runs/s from the first claim to the last recorded success (database clock),
+against the no-database ceiling (bench.ceiling, supervisor.runner.Child at the same total
+concurrency) measured right before each drain. Every drain is checked for exactly-once:
+one attempt row per run, every run and attempt succeeded, the counts match.
+
+Both sides also report CPU milliseconds per run by process (supervisors, their children,
+their keepers, PostgreSQL when its processes are visible here): on a small machine the
+ratio is decided by how much CPU each run costs beyond the spawn itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+from typing import Any
+
+import asyncpg
+import psutil
+
+from bench.common import PYTHON, ROOT, Context, ScenarioResult, start_supervisors, wait_until
+
+NAME = "throughput"
+TYPE = "noop"
+COMMAND = ["/bin/true"]
+PER_SUPERVISOR = 8
+TARGET_RATIO = 0.8  # with 2 supervisors
+
+
+async def ceiling(n: int, concurrency: int, mode: str = "child") -> dict[str, Any]:
+    """runs/s of bench.ceiling in its own process, and its CPU (children included) per run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "bench.ceiling", "--n", str(n), "--concurrency", str(concurrency),
+        "--mode", mode, *COMMAND,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench.ceiling exited {proc.returncode}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    result["cpu_ms_per_run"] = 1000 * cpu / n
+    return result
+
+
+def _cpu(p: psutil.Process) -> tuple[float, float]:
+    """(own, reaped children) CPU seconds of a process."""
+    t = p.cpu_times()
+    return t.user + t.system, t.children_user + t.children_system
+
+
+def cpu_snapshot(pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far: supervisors, their reaped children, keepers, postgres, the box."""
+    snap = {"supervisors": 0.0, "children": 0.0, "keepers": 0.0, "postgres": 0.0}
+    for pid in pids:
+        with_children = psutil.Process(pid)
+        own, reaped = _cpu(with_children)
+        snap["supervisors"] += own
+        snap["children"] += reaped
+        for child in with_children.children():
+            try:
+                if "supervisor.keeper" in " ".join(child.cmdline()):
+                    snap["keepers"] += sum(_cpu(child))
+            except psutil.Error:
+                continue
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("postgres", "postmaster"):
+            try:
+                snap["postgres"] += _cpu(proc)[0]
+            except psutil.Error:
+                continue
+    box = psutil.cpu_times()
+    snap["box_busy"] = box.user + box.system + box.nice + box.irq + box.softirq
+    return snap
+
+
+async def insert_due_runs(conn: asyncpg.Connection, n: int, type_: str, jobs: int = 50) -> None:
+    """`n` manual runs due now over `jobs` one-off jobs, committed and announced at once.
+
+    The jobs keep every run (catch-up `all`, a day's window) so a slow drain is measured,
+    never skipped; their one planned instant is marked done so the planner leaves them be.
+    """
+    async with conn.transaction():
+        await conn.execute(
+            """INSERT INTO jobs (name, type, run_at, catchup, catchup_window_seconds,
+                                 planned_until, plan_after)
+               SELECT 'bench-' || g, $1::text, now() + interval '1 year', 'all', 86400,
+                      now() + interval '1 year', 'infinity'
+               FROM generate_series(1, $2::int) g""",
+            type_,
+            jobs,
+        )
+        await conn.execute(
+            """INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)
+               SELECT j.id, now() - make_interval(secs => g / 1000.0), now(), 'manual',
+                      $1::text, 3
+               FROM generate_series(1, $2::int) g
+               JOIN jobs j ON j.name = 'bench-' || (1 + g % $3::int)""",
+            type_,
+            n,
+            jobs,
+        )
+        # Statistics as an established database has them (autovacuum would analyze within a
+        # minute): a never-analyzed table makes the planner guess a handful of due rows.
+        await conn.execute("ANALYZE jobs, runs")
+        await conn.execute("SELECT pg_notify('punchclock_wake', '')")
+
+
+async def exactly_once(conn: asyncpg.Connection, n: int) -> dict[str, Any]:
+    row = await conn.fetchrow(
+        """SELECT
+             (SELECT count(*) FROM runs) AS runs,
+             (SELECT count(*) FROM runs WHERE status = 'succeeded' AND attempts = 1
+                AND lease_token = 1 AND lease_owner IS NULL) AS runs_succeeded_once,
+             (SELECT count(*) FROM run_attempts) AS attempt_rows,
+             (SELECT count(DISTINCT run_id) FROM run_attempts) AS runs_with_attempts,
+             (SELECT count(*) FROM run_attempts a JOIN runs r ON r.id = a.run_id
+               WHERE a.outcome = 'succeeded' AND a.attempt = 1 AND a.lease_token = 1
+                 AND a.finished_at IS NOT NULL AND a.exit_code = 0) AS attempts_succeeded"""
+    )
+    assert row is not None
+    counts = dict(row)
+    counts["ok"] = all(v == n for v in counts.values())
+    return counts
+
+
+async def drain(ctx: Context, supervisors: int, n: int) -> dict[str, Any]:
+    async with ctx.dbs.fresh(f"tp{supervisors}") as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            sups = await start_supervisors(
+                ctx.procs,
+                supervisors,
+                dsn=dsn,
+                handlers={TYPE: COMMAND},
+                concurrency=PER_SUPERVISOR,
+                misfire_grace=3600.0,
+            )
+            try:
+                cpu_before = cpu_snapshot([s.pid for s in sups])
+                await insert_due_runs(conn, n, TYPE)
+
+                async def done() -> bool:
+                    left = await conn.fetchval(
+                        "SELECT count(*) FROM runs WHERE status <> 'succeeded'"
+                    )
+                    return bool(left == 0)
+
+                await wait_until(done, timeout=max(60.0, n / 10), what=f"{n} runs", every=0.2)
+                cpu_after = cpu_snapshot([s.pid for s in sups])
+            finally:
+                for s in sups:
+                    ctx.procs.stop(s)
+            span = await conn.fetchrow(
+                """SELECT EXTRACT(EPOCH FROM (max(r.finished_at) - min(a.started_at)))::float8
+                            AS seconds
+                   FROM runs r JOIN run_attempts a ON a.run_id = r.id"""
+            )
+            assert span is not None
+            per_worker = {
+                r["worker_id"]: r["n"]
+                for r in await conn.fetch(
+                    "SELECT worker_id, count(*) AS n FROM run_attempts GROUP BY 1 ORDER BY 1"
+                )
+            }
+            check = await exactly_once(conn, n)
+        finally:
+            await conn.close()
+    seconds = float(span["seconds"])
+    return {
+        "supervisors": supervisors,
+        "n": n,
+        "seconds": seconds,
+        "runs_per_s": n / seconds,
+        "per_worker": per_worker,
+        "exactly_once": check,
+        # CPU ms per run over the drain (postgres: 0 when its processes are not visible here)
+        "cpu_ms_per_run": {
+            k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 3) for k in cpu_before
+        },
+    }
+
+
+async def run(ctx: Context) -> ScenarioResult:
+    res = ScenarioResult(NAME)
+    n = 300 if ctx.smoke else 5000
+    counts = (1, 2) if ctx.smoke else (1, 2, 4)
+    repeats = 1 if ctx.smoke else 2  # the machine is shared: pair each drain with a ceiling
+    runs: list[dict[str, Any]] = []
+    for k in counts:
+        concurrency = k * PER_SUPERVISOR
+        pairs = []
+        for _ in range(repeats):
+            ceil = await ceiling(n, concurrency)
+            measured = await drain(ctx, k, n)
+            measured["ceiling"] = ceil
+            runs.append(measured)
+            pairs.append((measured["runs_per_s"], ceil["runs_per_s"]))
+            res.checks[f"exactly once, {k} supervisor(s), {n} runs"] = (
+                res.checks.get(f"exactly once, {k} supervisor(s), {n} runs", True)
+                and measured["exactly_once"]["ok"]
+            )
+        rate = sum(p[0] for p in pairs) / len(pairs)
+        ceil_rate = sum(p[1] for p in pairs) / len(pairs)
+        ratio = rate / ceil_rate
+        target = f">= {TARGET_RATIO}x ceiling" if k == 2 else ""
+        res.add(
+            f"{k} supervisor{'s' if k > 1 else ''} x {PER_SUPERVISOR}: runs/s",
+            rate,
+            "runs/s",
+            target=target,
+            ok=(ratio >= TARGET_RATIO) if k == 2 else None,
+            baseline=ceil_rate,
+            note=f"ceiling: runner.Child, concurrency {concurrency}, no database; "
+            f"mean of {repeats}",
+        )
+        if k == 2:  # what decides the ratio on a small machine: CPU per run, all processes
+            mine = [r for r in runs if r["supervisors"] == k]
+            cpu = sum(
+                sum(v for key, v in r["cpu_ms_per_run"].items() if key != "box_busy") for r in mine
+            ) / len(mine)
+            ceil_cpu = sum(r["ceiling"]["cpu_ms_per_run"] for r in mine) / len(mine)
+            res.add(
+                f"{k} supervisors: CPU per run, all processes",
+                cpu,
+                "ms",
+                baseline=ceil_cpu,
+                note="supervisors + children + keepers + postgres; baseline: the ceiling's",
+            )
+    if not ctx.smoke:  # context for the watcher choice: asyncio's own spawning, same machine
+        res.details["asyncio_watchers"] = [
+            await ceiling(n, 2 * PER_SUPERVISOR, mode) for mode in ("pidfd", "threaded")
+        ]
+    res.details["runs"] = runs
+    return res

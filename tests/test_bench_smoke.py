@@ -1,0 +1,56 @@
+"""The benchmarks' smoke size runs end to end and writes sane JSON, so bench/ cannot rot.
+
+Nothing here looks at a timing: CI machines are too noisy to assert performance, and
+benchmarks measure rather than assert. Only completion, shape and correctness checks count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = {"throughput", "lateness", "planner", "api", "memory"}
+
+
+@pytest.mark.timeout(400)
+def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "smoke.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    env["PUNCHCLOCK_BENCH_DATABASE_URL"] = admin_dsn
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--json", str(out)],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=360,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "| scenario" in proc.stdout  # the table
+
+    doc = json.loads(out.read_text())
+    assert doc["smoke"] is True
+    assert doc["machine"]["cpus"] >= 1
+    assert set(doc["scenarios"]) == SCENARIOS
+    for name, scenario in doc["scenarios"].items():
+        assert scenario["error"] is None, (name, scenario["error"])
+        assert scenario["metrics"], name
+        for m in scenario["metrics"]:
+            assert m["scenario"] == name
+            assert isinstance(m["value"], int | float), m
+            assert math.isfinite(m["value"]) and m["value"] >= 0, m
+            assert m["ok"] in (True, False, None), m
+            if m["baseline"] is not None:
+                assert math.isfinite(m["baseline"]) and m["baseline"] > 0, m
+        # correctness (exactly-once, plans served by an index, ...) is checked, not timed
+        assert scenario["checks"] and all(scenario["checks"].values()), (name, scenario["checks"])
+    throughput = doc["scenarios"]["throughput"]["details"]["runs"]
+    assert all(r["exactly_once"]["ok"] for r in throughput)
