@@ -140,7 +140,7 @@ async def read_json(request: web.Request, max_body: int, *, required: bool) -> A
     if request.content_length is not None and request.content_length > max_body:
         raise ApiError(413, f"body: the request body exceeds the limit of {max_body} bytes")
     raw = await request.read()  # the application's client_max_size bounds chunked bodies
-    if not raw.strip():
+    if not raw:  # only a truly empty body is "no body"; whitespace is malformed JSON
         if required:
             raise ApiError(400, "body: a JSON object is required")
         return NO_BODY

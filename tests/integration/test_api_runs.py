@@ -195,6 +195,13 @@ async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> N
     assert resp.headers["Location"] == f"/v1/runs/{plain['id']}"
     second = await (await api.post(f"/v1/jobs/{job_id}/trigger", json={})).json()
     assert second["id"] != plain["id"], "without a key every trigger is a new run"
+    # Whitespace is not "no body": it is malformed JSON, and creates nothing.
+    before = await store._ex.fetchval("SELECT count(*) FROM runs")
+    bad = await api.post(
+        f"/v1/jobs/{job_id}/trigger", data=b"\t", headers={"Content-Type": "application/json"}
+    )
+    assert bad.status == 400 and "malformed JSON" in (await bad.json())["detail"]
+    assert await store._ex.fetchval("SELECT count(*) FROM runs") == before
 
     async def keyed(payload: Any) -> Any:
         return await api.post(
