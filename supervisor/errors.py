@@ -32,9 +32,5 @@ class InvalidSpecs(PunchclockError):
         self.errors = errors
 
 
-class LeaseLost(PunchclockError):
-    """A fenced write matched no row: the lease expired, was reaped, or was revoked."""
-
-
 class SchemaMismatch(PunchclockError):
     """The database has migrations this build does not know, or a checksum changed."""

@@ -18,15 +18,6 @@ class RunStatus(StrEnum):
     SKIPPED = "skipped"  # not run: catch-up or overlap policy (skip_reason says which)
 
 
-CLAIMABLE = (RunStatus.SCHEDULED, RunStatus.FAILED)
-FINISHED = (
-    RunStatus.SUCCEEDED,
-    RunStatus.DEAD,
-    RunStatus.CANCELLED,
-    RunStatus.SKIPPED,
-)
-
-
 class Outcome(StrEnum):
     """How one attempt ended."""
 
