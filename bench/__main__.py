@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -54,6 +55,7 @@ async def run_scenario(
     name: str, fn: Callable[[Context], Awaitable[ScenarioResult]], ctx: Context
 ) -> ScenarioResult:
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     print(f"== {name}", file=sys.stderr, flush=True)
     try:
         result = await fn(ctx)
@@ -64,6 +66,8 @@ async def run_scenario(
     finally:
         ctx.procs.stop_all()  # whatever a scenario left running, by pid
     result.seconds = time.perf_counter() - started
+    # The machine may be shared: the 1-minute load around a scenario says how noisy it was.
+    result.details["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(f"   {name}: {result.seconds:.1f}s", file=sys.stderr, flush=True)
     return result
 

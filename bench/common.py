@@ -128,8 +128,7 @@ def table(results: Sequence[ScenarioResult]) -> str:
             rows.append((r.name, m.name, _fmt(m.value, m.unit), m.target, met, base, ratio))
         for check, passed in r.checks.items():
             rows.append((r.name, f"check: {check}", "pass" if passed else "FAIL", "", "", "", ""))
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in
-              enumerate(header)]  # fmt: skip
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
     lines = [
         "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
         "|" + "|".join("-" * (w + 2) for w in widths) + "|",

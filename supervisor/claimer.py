@@ -4,10 +4,11 @@ It sleeps until the earliest due run it could take, a NOTIFY wake-up, or a freed
 bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs in the
 same short transaction as the claim, so a missed run is never started.
 
-While a backlog of due runs waits, a freed slot is refilled together with the next few
-(`refill_batch` slots, or after `refill_wait` seconds at most): each claim is a transaction
-of four round trips whose cost barely depends on how many runs it takes, so claiming one
-run per finished child would make the database the bottleneck for short runs.
+While a backlog of due runs waits, a freed slot waits until `refill_batch` slots are free
+(app.py: all of them) or `refill_wait` seconds passed, and one claim refills them together:
+a claim is a transaction of four round trips whose cost barely depends on how many runs it
+takes, so claiming one run per finished child made the database the bottleneck for short
+runs. A run that comes due while slots are free is claimed at once.
 """
 
 from __future__ import annotations
