@@ -122,7 +122,9 @@ class Supervisor:
         backoff = 0.2
         while True:
             try:
-                return await create_pool(self.cfg.database_url, min_size=2, max_size=6)
+                return await create_pool(
+                    self.cfg.database_url, min_size=2, max_size=6, generic_plans=True
+                )
             except DB_ERRORS as exc:
                 log_event(log, "db_unreachable", level=logging.WARNING, error=repr(exc))
             if self.stopping.is_set():

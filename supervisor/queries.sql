@@ -120,14 +120,14 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 -- exclusive jobs.
 WITH due AS (
     SELECT r.id, r.job_id, r.scheduled_at, r.exclusive FROM runs r
-    WHERE r.id IN (
+    WHERE r.id = ANY(ARRAY(
         (SELECT id FROM runs WHERE status IN ('scheduled', 'failed')
            AND run_after < now() - make_interval(secs => $1::float8)
          ORDER BY run_after LIMIT $2::int)
         UNION
         (SELECT id FROM runs WHERE status IN ('scheduled', 'failed') AND exclusive
            AND run_after <= now()
-         ORDER BY run_after LIMIT $2::int))
+         ORDER BY run_after LIMIT $2::int)))
       AND r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
     FOR UPDATE OF r SKIP LOCKED
 ), judged AS (
@@ -175,8 +175,10 @@ WITH orphans AS (
         error = 'interrupted: claim reply lost, given back unstarted'
     FROM orphans o WHERE a.run_id = o.id AND a.attempt = o.attempts
 ), candidates AS (
-    SELECT r.id, r.job_id, r.exclusive, r.run_after FROM runs r
-    JOIN jobs j ON j.id = r.job_id
+    SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
+           j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
+           j.retry_cap_seconds
+    FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
       AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
@@ -198,18 +200,17 @@ WITH orphans AS (
         lease_owner = $3::text, lease_token = r.lease_token + 1,
         lease_expires_at = now() + make_interval(secs => $4::float8),
         started_at = now(), finished_at = NULL
-    FROM chosen c
-    WHERE r.id = c.id
+    WHERE r.id = ANY(ARRAY(SELECT id FROM chosen))
     RETURNING r.*
 ), attempt AS (
     INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token, started_at)
     SELECT id, attempts, $3::text, lease_token, started_at FROM claimed
 )
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
-       c.started_at, c.trigger, c.exclusive, COALESCE(c.payload, j.payload) AS payload,
-       j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
-       j.retry_cap_seconds, now() AS db_now
-FROM claimed c JOIN jobs j ON j.id = c.job_id
+       c.started_at, c.trigger, c.exclusive, COALESCE(c.payload, k.job_payload) AS payload,
+       k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
+       now() AS db_now
+FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
 
 -- name: next_due_in
@@ -247,7 +248,9 @@ WITH t AS (
                          THEN now() + make_interval(secs => t.retry_in) ELSE r.run_after END,
         lease_owner = NULL, lease_expires_at = NULL, last_error = t.error
     FROM t
-    WHERE r.id = t.id AND r.lease_token = t.token AND r.lease_owner = $13::text
+    -- `= ANY($1)` gives the (generic) plan the primary key when many runs are running.
+    WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
+      AND r.lease_owner = $13::text
       AND r.status = 'running' AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts, r.run_after
 ), att AS (
