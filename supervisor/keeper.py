@@ -37,6 +37,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _READY = b"ready\n"
 _START_TIMEOUT = 10.0
 _CLOSE_TIMEOUT = 5.0
+# Messages wait this long to go out together: one pipe write (and one keeper wake-up) per
+# window instead of two per child. A child spawned inside the window the supervisor dies in
+# is still killed, by its environment marker; DESIGN.md, The keeper.
+_COALESCE_SECONDS = 0.01
 
 
 class Keeper:
@@ -54,6 +58,7 @@ class Keeper:
         self._flushed.set()
         self._broken = False
         self._closed = False
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     @classmethod
     async def start(cls, instance_id: str) -> Keeper:
@@ -98,11 +103,17 @@ class Keeper:
         """Forget `pgid` (its group is gone; the number may be reused)."""
         self._send(f"-{pgid}\n".encode())
 
+    async def sync(self) -> None:
+        """Write what is queued now and wait until the keeper has it."""
+        if self._pending:
+            self._flush()
+        await self._flushed.wait()
+
     async def close(self) -> None:
         """Stop the keeper without it killing anything. Idempotent."""
         if self._closed:
             return
-        self._send(b"exit\n")
+        self._send(b"exit\n", now=True)
         self._closed = True
         try:
             async with asyncio.timeout(_CLOSE_TIMEOUT):
@@ -118,13 +129,20 @@ class Keeper:
             self._proc.kill()
             await asyncio.to_thread(self._proc.wait)
 
-    def _send(self, message: bytes) -> None:
+    def _send(self, message: bytes, now: bool = False) -> None:
         if self._closed or self._broken:
             return
         self._pending += message
-        self._flush()
+        if now:
+            self._flush()
+        elif self._flush_timer is None and self._writer_loop is None:
+            loop = asyncio.get_running_loop()
+            self._flush_timer = loop.call_later(_COALESCE_SECONDS, self._flush)
 
     def _flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
         # Non-blocking so a stalled keeper can never block the supervisor's event loop.
         try:
             while self._pending:

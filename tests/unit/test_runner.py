@@ -195,6 +195,44 @@ async def test_spawn_failed_for_non_executable_file(tmp_path: Path) -> None:
     assert result.error == f"cannot execute {str(script)!r}: [Errno 13] Permission denied"
 
 
+async def test_bare_command_is_found_on_the_childs_path(tmp_path: Path) -> None:
+    tool = tmp_path / "punchclock-tool"
+    tool.write_text("#!/bin/sh\necho found\n")
+    tool.chmod(0o755)
+    env = {**BASE_ENV, "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = await (await Child.spawn(ChildSpec(["punchclock-tool"], env=env))).wait()
+    assert (result.outcome, result.stdout_tail) == ("succeeded", "found\n")
+    missing = await run(["punchclock-no-such-tool"])
+    assert missing.outcome == "spawn_failed"
+    assert missing.error == (
+        "cannot execute 'punchclock-no-such-tool': [Errno 2] No such file or directory"
+    )
+
+
+async def test_child_gets_only_its_pipes_and_default_signals() -> None:
+    # Python ignores SIGPIPE and SIGXFSZ; a handler must start with the defaults, no signal
+    # blocked, and no descriptor of ours beyond stdin, stdout and stderr.
+    script = "grep -E '^Sig(Ign|Blk)' /proc/self/status; ls /proc/self/fd"
+    result = await run(["sh", "-c", script])
+    assert result.outcome == "succeeded", result
+    lines = result.stdout_tail.split()
+    masks = dict(zip(lines[0:4:2], (int(v, 16) for v in lines[1:4:2]), strict=True))
+    assert masks["SigBlk:"] == 0
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not masks["SigIgn:"] & (1 << (sig - 1)), sig
+    fds = sorted(int(fd) for fd in lines[4:])
+    assert fds[:3] == [0, 1, 2] and len(fds) <= 4, fds  # 4th: the fd ls reads the dir with
+
+
+async def test_cwd_is_honoured(tmp_path: Path) -> None:
+    result = await run(["pwd"], cwd=str(tmp_path))
+    assert (result.outcome, result.stdout_tail) == ("succeeded", f"{tmp_path}\n")
+    missing = await run(["pwd"], cwd=str(tmp_path / "gone"))
+    assert missing.outcome == "spawn_failed"
+    assert missing.error is not None
+    assert missing.error.startswith(f"cannot change to directory {str(tmp_path / 'gone')!r}")
+
+
 # ---------------------------------------------------------------- timeout and kill
 
 
@@ -353,6 +391,7 @@ async def main():
         'exec sleep 1000'
     )
     child = await Child.spawn(ChildSpec(["sh", "-c", script], env=env), keeper=keeper)
+    await keeper.sync()  # registrations are coalesced for 10 ms; `noenv` needs its pgid
     print(child.pid, keeper.pid, flush=True)
     await child.wait()
 
