@@ -13,6 +13,7 @@ runs. A run that comes due while slots are free is claimed at once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -105,9 +106,10 @@ class Claimer(Loop):
                 self.on_skipped(skipped)
         for row in rows:
             delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
-            log_event(
+            log_event(  # debug: run_started follows at once with the same fields
                 self.log,
                 "run_claimed",
+                level=logging.DEBUG,
                 run_id=row["id"],
                 job_name=row["job_name"],
                 attempt=row["attempts"],

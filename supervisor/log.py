@@ -19,7 +19,11 @@ def log_event(
     logger: logging.Logger, event: str, *, level: int = logging.INFO, **fields: Any
 ) -> None:
     if logger.isEnabledFor(level):
-        logger.log(level, event, extra={_FIELDS: fields})
+        # The record is built here: Logger.log would walk the stack for a caller's file and
+        # line that no formatter of ours prints (a few µs, and several lines per run).
+        record = logging.LogRecord(logger.name, level, "", 0, event, None, None)
+        setattr(record, _FIELDS, fields)
+        logger.handle(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -51,6 +55,10 @@ def setup_logging(
     level: str = "info", stream: TextIO | None = None, json_lines: bool | None = None
 ) -> None:
     stream = stream or sys.stderr
+    # Our formatters print none of these: skip collecting them for every record.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     if json_lines is None:
         json_lines = not stream.isatty()
     handler = logging.StreamHandler(stream)
