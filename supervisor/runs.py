@@ -74,6 +74,10 @@ async def _job_ids(store: Store, f: RunFilters) -> list[int] | None:
 
 async def list_runs(store: Store, f: RunFilters, before: RunKey, limit: int) -> list[Record]:
     """Runs newest first, (scheduled_at, id) < `before`, at most `limit`."""
+    if f.scheduled_before is not None:
+        # The same rows (ids are positive), but the index scan starts at the range's end:
+        # from the first page's (infinity, max) key it would step over every newer run.
+        before = min(before, (f.scheduled_before, 0))
     job_ids = await _job_ids(store, f)
     statuses = sorted(set(f.statuses))
     if job_ids is not None:
