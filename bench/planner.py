@@ -134,7 +134,7 @@ async def first_planning(ctx: Context, n: int, planners: int) -> dict[str, Any]:
 
 async def noop_ticks(dsn: str, samples: int) -> dict[str, float]:
     """Planner.run_once() when no job needs planning: one short transaction."""
-    pool = await create_pool(dsn, min_size=1, max_size=2)
+    pool = await create_pool(dsn, min_size=1, max_size=2, generic_plans=True)  # as supervisors
     try:
         planner = Planner(Store(pool), PlanLimits(horizon=timedelta(hours=24)))
         for _ in range(10):  # warm the connection's statement cache
