@@ -96,6 +96,33 @@ async def test_pages_neither_skip_nor_repeat_while_runs_are_inserted(
     assert keys == sorted(keys, reverse=True), "newest first by (scheduled_at, id)"
 
 
+async def test_a_date_window_pages_through_exactly_its_runs(api: Client, store: Store) -> None:
+    # Runs 1..8 s and 51..58 s old; the window keeps the 3..6 s old ones. Paged one at a
+    # time through each list query (all runs, by status, by job), the window's end is the
+    # scan's start, never the first page's open cursor.
+    job = await _job(store, "gamma")
+    ids = await insert_runs(store, job, 8, status="dead")
+    await insert_runs(store, job, 8, status="dead", start_s=50)
+    now = await store.now()
+    window = {
+        "scheduled_after": (now - timedelta(seconds=6, milliseconds=500)).isoformat(),
+        "scheduled_before": (now - timedelta(seconds=2, milliseconds=500)).isoformat(),
+        "limit": "1",
+    }
+    expected = ids[2:6]  # newest first: 3, 4, 5 and 6 s old
+    for extra in ({}, {"status": "dead"}, {"job_id": str(job)}):
+        params = {**window, **extra}
+        seen: list[int] = []
+        while True:
+            page = await (await api.get("/v1/runs", params=params)).json()
+            seen += [r["id"] for r in page["runs"]]
+            if not page.get("next_cursor"):
+                break
+            params = {**window, **extra, "cursor": page["next_cursor"]}
+            assert len(seen) <= len(expected), (extra, seen)
+        assert seen == expected, extra
+
+
 async def test_list_filters_and_cursor_rules(api: Client, store: Store) -> None:
     a, b = await _job(store, "alpha"), await _job(store, "beta")
     await insert_runs(store, a, 5, status="succeeded")
