@@ -10,7 +10,6 @@ it is still ours (recorded) or late (dropped and counted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from supervisor.completer import Completer
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
 from supervisor.registry import Registry
@@ -108,9 +108,7 @@ class Executor:
         self.running = 0
         self.counters = Counters()
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-        # (completion, exclusive, future): True recorded, False late, None given up at shutdown
-        self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
-        self._pending_event = asyncio.Event()
+        self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
 
     # ------------------------------------------------------------ capacity and leases
 
@@ -302,65 +300,13 @@ class Executor:
         else:
             self._event("retry_scheduled", entry, retry_in=retry_in)
 
-    # ------------------------------------------------------------ completions (batched)
+    # ------------------------------------------------------------ completions
 
     async def _complete(self, completion: Completion, entry: InFlight) -> bool | None:
-        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((completion, entry.exclusive, fut))
-        self._pending_event.set()
-        return await fut
+        return await self.completer.submit(completion, entry.exclusive)
 
     async def run_completer(self, stop: asyncio.Event) -> None:
-        """Flush queued completions in batches until `stop` is set and nothing is left.
-
-        After `stop`, an unreachable database is retried for one lease TTL at most: by then
-        every lease has expired, the database would reject the results anyway, and the
-        reaper takes the runs over. Shutdown never hangs on a dead database.
-        """
-        backoff = 0.05
-        give_up_at: float | None = None
-        while True:
-            if stop.is_set() and give_up_at is None:
-                give_up_at = time.monotonic() + self.lease_ttl
-            if not self._pending:
-                if stop.is_set():
-                    return
-                self._pending_event.clear()
-                waiter = asyncio.ensure_future(self._pending_event.wait())
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
-                continue
-            batch = self._pending[:500]
-            try:
-                rows = await self.store.complete_runs([c for c, _, _ in batch], self.owner)
-            except DB_ERRORS as exc:
-                log_event(
-                    log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
-                )
-                if give_up_at is not None and time.monotonic() > give_up_at:
-                    for _, _, fut in self._pending:
-                        if not fut.done():
-                            fut.set_result(None)
-                    self._pending.clear()
-                    return
-                await asyncio.sleep(backoff)  # retry pacing, not synchronisation
-                backoff = min(backoff * 2, 2.0)
-                continue
-            backoff = 0.05
-            del self._pending[: len(batch)]
-            recorded = {r["id"] for r in rows}
-            # Wake other hosts when a retry is scheduled or an exclusive job is free again.
-            if any(c[2] == "failed" or excl for c, excl, _ in batch):
-                await self._notify_quietly()
-            for completion, _, fut in batch:
-                if not fut.done():
-                    fut.set_result(completion[0] in recorded)
-
-    async def _notify_quietly(self) -> None:
-        with contextlib.suppress(*DB_ERRORS):
-            await self.store.notify_wake()
+        await self.completer.run(stop)
 
     # ------------------------------------------------------------ shutdown
 

@@ -1,4 +1,4 @@
-"""Child processes: spawn in an own session with the payload on stdin, watch exit via pidfd,
+"""Child processes: start one (spawn.py) with the payload on stdin, watch exit via pidfd,
 keep output tails, TERM→grace→KILL the whole tree, report rusage. The only importer of psutil.
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import functools
 import io
 import os
 import resource
@@ -17,11 +15,12 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import psutil
 
 from supervisor.keeper import INSTANCE_ENV
+from supervisor.spawn import spawn_error_text, start_process
 
 if TYPE_CHECKING:
     import resource
@@ -169,34 +168,15 @@ class Child:
         if self.keeper is not None:
             env[INSTANCE_ENV] = self.keeper.instance_id
         try:
-            if not spec.argv:
-                raise ValueError("empty command")
-            if spec.cwd is None and _posix_spawn_ready():
-                self.pid, stdin, stdout, stderr = _posix_spawn(spec.argv, env)
-            else:
-                # No preexec_fn, so CPython can use vfork; an own session gives an own group.
-                popen = subprocess.Popen(
-                    spec.argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=env,
-                    cwd=spec.cwd,
-                    start_new_session=True,
-                    close_fds=True,
-                    bufsize=0,
-                )
-                self._popen, self.pid = popen, popen.pid
-                # bufsize=0: unbuffered FileIO objects, like _posix_spawn's
-                stdin, stdout, stderr = (
-                    cast(io.FileIO, f) for f in (popen.stdin, popen.stdout, popen.stderr)
-                )
+            proc = start_process(spec.argv, env, spec.cwd)
         except (OSError, ValueError) as exc:
-            error = _spawn_error_text(spec, exc)
+            error = spawn_error_text(spec.argv, spec.cwd, exc)
             self._done.set_result(
                 ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
             )
             return
+        self._popen, self.pid = proc.popen, proc.pid
+        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if self.keeper is not None:
             self.keeper.register(self.pid)
         for file in (stdout, stderr):
@@ -427,83 +407,6 @@ class Child:
         return ChildResult(
             outcome, code, sig, error, out, err, cpu, rss, self._ended - self.started_monotonic
         )
-
-
-# ---------------------------------------------------------------- posix_spawn
-
-_SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
-
-
-@functools.cache
-def _posix_spawn_ready() -> bool:
-    """posix_spawn (vfork+exec in C) costs half of Popen's parent CPU per child, but closes
-    no descriptors. So, once: make every descriptor this process inherited close-on-exec
-    (what Python opens already is), and use it only while 0-2 are open (so pipes land above
-    them and dup2 onto 0-2 cannot misfire). Children then get only their three pipes."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            return False
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) > 2:
-            with contextlib.suppress(OSError):
-                os.set_inheritable(int(name), False)
-    return True
-
-
-def _posix_spawn(
-    argv: list[str], env: dict[str, str]
-) -> tuple[int, io.FileIO, io.FileIO, io.FileIO]:
-    """Start `argv` in a new session with pipes on 0-2: (pid, stdin, stdout, stderr)."""
-    path = _executable(argv[0], env.get("PATH"))
-    fds: list[int] = []
-    try:
-        for _ in range(3):
-            fds.extend(os.pipe())  # close-on-exec; dup2 below clears it on 0, 1 and 2 only
-        in_r, in_w, out_r, out_w, err_r, err_w = fds
-        pid = os.posix_spawn(
-            path,
-            argv,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, in_r, 0),
-                (os.POSIX_SPAWN_DUP2, out_w, 1),
-                (os.POSIX_SPAWN_DUP2, err_w, 2),
-            ],
-            setsid=True,
-            setsigdef=_SPAWN_SIGDEF,
-            setsigmask=(),
-        )
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    for fd in (in_r, out_w, err_w):
-        os.close(fd)
-    return pid, io.FileIO(in_w, "wb"), io.FileIO(out_r, "rb"), io.FileIO(err_r, "rb")
-
-
-def _executable(name: str, path: str | None) -> str:
-    """Resolve `name` on the child's PATH, as subprocess does (posix_spawnp would use ours)."""
-    if os.sep in name:
-        return name
-    for directory in (path if path is not None else os.defpath).split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-            return candidate
-    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-
-
-def _spawn_error_text(spec: ChildSpec, exc: Exception) -> str:
-    if not spec.argv:
-        return "cannot execute: empty command"
-    if isinstance(exc, OSError):
-        detail = f"[Errno {exc.errno}] {exc.strerror}"
-        if spec.cwd is not None and exc.filename == spec.cwd:
-            return f"cannot change to directory {spec.cwd!r}: {detail}"
-        return f"cannot execute {spec.argv[0]!r}: {detail}"
-    return f"cannot execute {spec.argv[0]!r}: {exc}"
 
 
 def _signal_name(sig: int) -> str:

@@ -1,0 +1,120 @@
+"""Starting one handler process: own session, pipes on 0-2, the child's own PATH.
+
+`os.posix_spawn` (vfork + exec and the environment conversion in C, half of Popen's parent
+CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd. Watching,
+output and killing belong to runner.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import io
+import os
+import signal
+import subprocess
+from typing import NamedTuple, cast
+
+_SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
+
+
+class Started(NamedTuple):
+    pid: int
+    stdin: io.FileIO
+    stdout: io.FileIO
+    stderr: io.FileIO
+    popen: subprocess.Popen[bytes] | None  # only when Popen started it
+
+
+def start_process(argv: list[str], env: dict[str, str], cwd: str | None) -> Started:
+    """Start `argv` in a new session with pipes on 0-2. Raises OSError or ValueError."""
+    if not argv:
+        raise ValueError("empty command")
+    if cwd is None and _posix_spawn_ready():
+        return _posix_spawn(argv, env)
+    # No preexec_fn, so CPython can use vfork; an own session gives an own group.
+    popen = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+        bufsize=0,
+    )
+    # bufsize=0: unbuffered FileIO objects, like _posix_spawn's
+    stdin, stdout, stderr = (cast(io.FileIO, f) for f in (popen.stdin, popen.stdout, popen.stderr))
+    return Started(popen.pid, stdin, stdout, stderr, popen)
+
+
+def spawn_error_text(argv: list[str], cwd: str | None, exc: Exception) -> str:
+    """One line for the attempt's error: what could not be executed, and why."""
+    if not argv:
+        return "cannot execute: empty command"
+    if isinstance(exc, OSError):
+        detail = f"[Errno {exc.errno}] {exc.strerror}"
+        if cwd is not None and exc.filename == cwd:
+            return f"cannot change to directory {cwd!r}: {detail}"
+        return f"cannot execute {argv[0]!r}: {detail}"
+    return f"cannot execute {argv[0]!r}: {exc}"
+
+
+@functools.cache
+def _posix_spawn_ready() -> bool:
+    """posix_spawn (vfork+exec in C) costs half of Popen's parent CPU per child, but closes
+    no descriptors. So, once: make every descriptor this process inherited close-on-exec
+    (what Python opens already is), and use it only while 0-2 are open (so pipes land above
+    them and dup2 onto 0-2 cannot misfire). Children then get only their three pipes."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return False
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2:
+            with contextlib.suppress(OSError):
+                os.set_inheritable(int(name), False)
+    return True
+
+
+def _posix_spawn(argv: list[str], env: dict[str, str]) -> Started:
+    path = _executable(argv[0], env.get("PATH"))
+    fds: list[int] = []
+    try:
+        for _ in range(3):
+            fds.extend(os.pipe())  # close-on-exec; dup2 below clears it on 0, 1 and 2 only
+        in_r, in_w, out_r, out_w, err_r, err_w = fds
+        pid = os.posix_spawn(
+            path,
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, in_r, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+            ],
+            setsid=True,
+            setsigdef=_SPAWN_SIGDEF,
+            setsigmask=(),
+        )
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    return Started(pid, io.FileIO(in_w, "wb"), io.FileIO(out_r, "rb"), io.FileIO(err_r, "rb"), None)
+
+
+def _executable(name: str, path: str | None) -> str:
+    """Resolve `name` on the child's PATH, as subprocess does (posix_spawnp would use ours)."""
+    if os.sep in name:
+        return name
+    for directory in (path if path is not None else os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
