@@ -11,22 +11,21 @@ import math
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import psutil
 
 from supervisor.migrator import migrate
+from supervisor.pgchain import admin_dsn as pgchain_admin_dsn
+from supervisor.pgchain import with_database
 from supervisor.store import connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,49 +162,13 @@ def _cpu_model() -> str:
 # ---------------------------------------------------------------- the database server
 
 
-def with_database(dsn: str, dbname: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + dbname))
-
-
-def _docker_answers(timeout: float = 2.0) -> bool:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if not host.startswith("unix://"):
-        return False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(host.removeprefix("unix://"))
-            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
-            return b"OK" in s.recv(1024)
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def admin_dsn() -> Iterator[str]:
-    """The tests' fixture chain: an admin DSN from the environment, else Docker, else a
-    throwaway local cluster (supervisor.pgserver, as `punchclock up` uses)."""
-    for var in ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"):
-        if url := os.environ.get(var):
-            yield url
-            return
-    if _docker_answers():
-        with contextlib.suppress(ImportError):
-            from testcontainers.postgres import PostgresContainer
-
-            with PostgresContainer("postgres:16-alpine", driver=None) as pg:
-                yield pg.get_connection_url()
-            return
-    from supervisor.pgserver import LocalPostgres
-
-    with tempfile.TemporaryDirectory(prefix="pc-bench-", dir="/tmp") as tmp:
-        os.chmod(tmp, 0o755)
-        server = LocalPostgres(Path(tmp) / "pg", persistent=False)
-        try:
-            yield server.start()
-        finally:
-            server.stop()
+    """The tests' fixture chain (supervisor.pgchain), with a bench URL taking precedence."""
+    with pgchain_admin_dsn(
+        ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"), "pc-bench-"
+    ) as url:
+        yield url
 
 
 class Databases:

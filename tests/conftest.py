@@ -1,9 +1,8 @@
 """Test fixtures: a real PostgreSQL, and a fresh migrated database per test.
 
-Where the server comes from (first that works):
-1. PUNCHCLOCK_TEST_DATABASE_URL (CI sets it), an admin DSN;
-2. testcontainers' PostgreSQL when a Docker engine answers a ping within 2 s;
-3. a throwaway local cluster (supervisor.pgserver), the same code as `punchclock up`.
+The server comes from supervisor.pgchain (first that works): PUNCHCLOCK_TEST_DATABASE_URL
+(CI sets it), an admin DSN; testcontainers' PostgreSQL when a Docker engine answers; a
+throwaway local cluster (supervisor.pgserver, the same code as `punchclock up`).
 Each test gets `CREATE DATABASE ... TEMPLATE` of a database migrated once per session.
 """
 
@@ -11,64 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import psutil
 import pytest
 
+from supervisor import pgchain
 from supervisor.migrator import migrate
+from supervisor.pgchain import with_database
 from supervisor.store import Store, connect, create_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _docker_answers(timeout: float = 2.0) -> bool:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if not host.startswith("unix://"):
-        return False
-    path = host.removeprefix("unix://")
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
-            return b"OK" in s.recv(1024)
-    except OSError:
-        return False
-
-
-def with_database(dsn: str, dbname: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + dbname))
-
-
 @pytest.fixture(scope="session")
 def admin_dsn() -> Iterator[str]:
-    url = os.environ.get("PUNCHCLOCK_TEST_DATABASE_URL")
-    if url:
+    with pgchain.admin_dsn(("PUNCHCLOCK_TEST_DATABASE_URL",), "pc-test-") as url:
         yield url
-        return
-    if _docker_answers():
-        from testcontainers.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:16-alpine", driver=None) as pg:
-            yield pg.get_connection_url()
-        return
-    from supervisor.pgserver import LocalPostgres
-
-    with tempfile.TemporaryDirectory(prefix="pc-test-", dir="/tmp") as tmp:
-        os.chmod(tmp, 0o755)
-        server = LocalPostgres(Path(tmp) / "pg", persistent=False)
-        try:
-            yield server.start()
-        finally:
-            server.stop()
 
 
 @pytest.fixture(scope="session")
