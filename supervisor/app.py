@@ -355,16 +355,16 @@ _OUTCOME_OF_EVENT = {
 
 
 def _record_event(m: Metrics, event: str, data: dict[str, Any]) -> None:
-    attrs = {"job": data["job_name"], "type": data["type"]}
+    type_ = data["type"]
     if event == "started" and data.get("queue_delay") is not None:
-        m.queue_delay.record(max(0.0, data["queue_delay"]), {"type": data["type"]})
+        m.queue_delay.record(max(0.0, data["queue_delay"]), {"type": type_})
     elif event in _OUTCOME_OF_EVENT:
         outcome = data.get("outcome") if event == "failed" else None
-        m.attempts.add(1, {**attrs, "outcome": outcome or _OUTCOME_OF_EVENT[event]})
+        m.count_attempt(data["job_name"], type_, outcome or _OUTCOME_OF_EVENT[event])
         if data.get("duration") is not None:
-            m.run_duration.record(data["duration"], {"type": data["type"]})
+            m.run_duration.record(data["duration"], {"type": type_})
     elif event == "dead":
-        m.runs_dead.add(1, attrs)
+        m.runs_dead.add(1, {"job": data["job_name"], "type": type_})
     elif event == "self_fenced":
         m.self_fenced.add(1)
 
@@ -378,6 +378,6 @@ def _record_reaped(m: Metrics, rows: list[Any]) -> None:
     for r in rows:
         m.reaped.add(1)
         attrs = {"job": r.get("job_name") or str(r["job_id"]), "type": r.get("type") or ""}
-        m.attempts.add(1, {**attrs, "outcome": "lease_lost"})
+        m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
         if r["status"] == "dead":
             m.runs_dead.add(1, attrs)
