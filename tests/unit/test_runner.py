@@ -429,6 +429,49 @@ async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Pat
             fake.stdout.close()
 
 
+UNFLUSHED_SUPERVISOR = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+import supervisor.keeper as keeper_module
+from supervisor.runner import Child, ChildSpec
+
+keeper_module._COALESCE_SECONDS = 3600.0  # the registration below is never written
+
+async def main():
+    keeper = await keeper_module.Keeper.start(sys.argv[2])
+    env = {"PATH": "/usr/bin:/bin", "PUNCHCLOCK_TEST_SESSION": sys.argv[3]}
+    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env), keeper=keeper)
+    print(child.pid, keeper.pid, flush=True)
+    await child.wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_keeper_kills_a_child_whose_registration_was_still_queued() -> None:
+    # The supervisor dies inside the coalescing window: the keeper never heard of the child's
+    # group, and still kills it by the instance marker in its environment.
+    fake = subprocess.Popen(
+        [PY, "-c", UNFLUSHED_SUPERVISOR, str(ROOT), uuid.uuid4().hex, SESSION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        async with asyncio.timeout(20):
+            line = await asyncio.to_thread(fake.stdout.readline)
+        child_pid, keeper_pid = map(int, line.split())
+        assert not is_dead(child_pid)
+        fake.kill()
+        fake.wait()
+        await wait_for(lambda: is_dead(child_pid) and is_dead(keeper_pid), timeout=5)
+    finally:
+        fake.kill()
+        fake.wait()
+        if fake.stdout is not None:
+            fake.stdout.close()
+
+
 async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
     alive, ready = tmp_path / "alive", tmp_path / "ready"
     keeper = await Keeper.start(uuid.uuid4().hex)
