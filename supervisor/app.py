@@ -288,7 +288,7 @@ class Supervisor:
             async with asyncio.TaskGroup() as tg:
                 intake = [tg.create_task(s.run()) for s in intake_loops]
                 upkeep = [tg.create_task(s.run()) for s in upkeep_loops]
-                completer = tg.create_task(sv.executor.run_completer(completer_stop))
+                completer = tg.create_task(sv.executor.completer.run(completer_stop))
                 watchdog = tg.create_task(self._watchdog(notifier, sv.executor))
                 await self.stopping.wait()
                 notifier.stopping()

@@ -3,8 +3,9 @@
 Owns the in-flight table (run id -> lease token, child, local lease deadline). The
 heartbeater renews what `leases()` lists and calls `renewed()`/`lost()`; the fence watch
 kills a child whose lease may expire before a renewal could succeed (self-fencing).
-Every finished child yields exactly one fenced completion; the database decides whether
-it is still ours (recorded) or late (dropped and counted).
+Every finished child yields exactly one fenced completion, recorded in batches by its
+Completer; the database decides whether it is still ours (recorded) or late (dropped and
+counted).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ class Executor:
             entry.completing = True
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
             completion, status = self._completion(entry, row, result)
-            recorded = await self._complete(completion, entry)
+            recorded = await self.completer.submit(completion, entry.exclusive)
             self._finished(entry, result, status, completion[4], recorded, retry_in=completion[3])
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
@@ -299,14 +300,6 @@ class Executor:
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:
             self._event("retry_scheduled", entry, retry_in=retry_in)
-
-    # ------------------------------------------------------------ completions
-
-    async def _complete(self, completion: Completion, entry: InFlight) -> bool | None:
-        return await self.completer.submit(completion, entry.exclusive)
-
-    async def run_completer(self, stop: asyncio.Event) -> None:
-        await self.completer.run(stop)
 
     # ------------------------------------------------------------ shutdown
 

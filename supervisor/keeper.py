@@ -39,7 +39,7 @@ _START_TIMEOUT = 10.0
 _CLOSE_TIMEOUT = 5.0
 # Messages wait this long to go out together: one pipe write (and one keeper wake-up) per
 # window instead of two per child. A child spawned inside the window the supervisor dies in
-# is still killed, by its environment marker; DESIGN.md, The keeper.
+# is still killed, by its environment marker (DESIGN.md, Lease and fencing protocol).
 _COALESCE_SECONDS = 0.01
 
 

@@ -176,15 +176,14 @@ class Child:
             )
             return
         self._popen, self.pid = proc.popen, proc.pid
-        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if self.keeper is not None:
             self.keeper.register(self.pid)
-        for file in (stdout, stderr):
+        for file in (proc.stdout, proc.stderr):
             tail = _Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
             self._loop.add_reader(tail.fd, self._on_readable, tail)
             self._tails.append(tail)
-        self._stdin = stdin
+        self._stdin = proc.stdin
         os.set_blocking(self._stdin.fileno(), False)
         self._write_stdin()
         if spec.timeout is not None:

@@ -65,7 +65,8 @@ async def create_pool(
     `generic_plans`: the supervisor's statements are few, fixed and written so their
     generic plans use the same indexes as custom ones; forcing generic plans saves
     PostgreSQL planning each claim afresh (the claim's `LIMIT $n` otherwise makes the
-    planner prefer a custom plan every time: about 0.6 ms per claim). DESIGN.md, Performance.
+    planner prefer a custom plan every time: about 0.6 ms per claim). DESIGN.md, Database
+    sessions.
     """
     settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
     pool = await asyncpg.create_pool(
