@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -399,17 +400,32 @@ asyncio.run(main())
 """
 
 
-async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Path) -> None:
-    fake = subprocess.Popen(
-        [PY, "-c", FAKE_SUPERVISOR, str(ROOT), uuid.uuid4().hex, str(tmp_path), SESSION],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+@contextlib.asynccontextmanager
+async def fake_supervisor(
+    script: str, *args: str
+) -> AsyncIterator[tuple[subprocess.Popen[str], int, int]]:
+    """Run `script` (it prints "<child pid> <keeper pid>"); yield (process, child, keeper)."""
+    fake = subprocess.Popen([PY, "-c", script, str(ROOT), uuid.uuid4().hex, *args],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert fake.stdout is not None
         async with asyncio.timeout(20):
             line = await asyncio.to_thread(fake.stdout.readline)
         child_pid, keeper_pid = map(int, line.split())
+        yield fake, child_pid, keeper_pid
+    finally:
+        fake.kill()
+        fake.wait()
+        if fake.stdout is not None:
+            fake.stdout.close()
+
+
+async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+    async with fake_supervisor(FAKE_SUPERVISOR, str(tmp_path), SESSION) as (
+        fake,
+        child_pid,
+        keeper_pid,
+    ):
         # gc stays in the group; esc left it (found by its environment); noenv cleared its
         # environment but stays in the group (found by the registered pgid).
         names = ("gc", "esc", "noenv")
@@ -422,11 +438,6 @@ async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Pat
         fake.kill()
         fake.wait()
         await wait_for(lambda: all(is_dead(pid) for pid in [*tree, keeper_pid]), timeout=5)
-    finally:
-        fake.kill()
-        fake.wait()
-        if fake.stdout is not None:
-            fake.stdout.close()
 
 
 UNFLUSHED_SUPERVISOR = """
@@ -451,25 +462,11 @@ asyncio.run(main())
 async def test_keeper_kills_a_child_whose_registration_was_still_queued() -> None:
     # The supervisor dies inside the coalescing window: the keeper never heard of the child's
     # group, and still kills it by the instance marker in its environment.
-    fake = subprocess.Popen(
-        [PY, "-c", UNFLUSHED_SUPERVISOR, str(ROOT), uuid.uuid4().hex, SESSION],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert fake.stdout is not None
-        async with asyncio.timeout(20):
-            line = await asyncio.to_thread(fake.stdout.readline)
-        child_pid, keeper_pid = map(int, line.split())
+    async with fake_supervisor(UNFLUSHED_SUPERVISOR, SESSION) as (fake, child_pid, keeper_pid):
         assert not is_dead(child_pid)
         fake.kill()
         fake.wait()
         await wait_for(lambda: is_dead(child_pid) and is_dead(keeper_pid), timeout=5)
-    finally:
-        fake.kill()
-        fake.wait()
-        if fake.stdout is not None:
-            fake.stdout.close()
 
 
 async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
