@@ -163,12 +163,15 @@ RETURNING r.id, r.job_id, judged.reason;
 -- COMMIT) it lists the runs this host holds: any other run still leased to this host was
 -- claimed by the lost transaction and never started, so it goes back at once without
 -- using an attempt (as at shutdown), instead of waiting for the reaper to charge one.
+-- Only while its lease is current: an expired one may be a run that really executed and
+-- whose late result was rejected (an outage longer than the lease); the reaper records
+-- that as lease_lost.
 WITH orphans AS (
     UPDATE runs r SET status = 'scheduled', run_after = now(), lease_owner = NULL,
         lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
         last_error = 'interrupted: claim reply lost, given back unstarted'
     WHERE $5::bigint[] IS NOT NULL AND r.status = 'running' AND r.lease_owner = $3::text
-      AND r.id <> ALL($5::bigint[])
+      AND r.id <> ALL($5::bigint[]) AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts
 ), orphan_attempts AS (
     UPDATE run_attempts a SET finished_at = now(), outcome = 'interrupted',

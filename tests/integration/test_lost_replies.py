@@ -88,3 +88,26 @@ async def test_claim_after_a_lost_claim_gives_unstarted_runs_back(store: Store) 
 
     [again] = await store.claim_runs(["echo"], 10, "w1", TTL)
     assert (again["id"], again["attempts"]) == (lost_id, 2)
+
+
+async def test_lost_claim_recovery_leaves_expired_leases_to_the_reaper(store: Store) -> None:
+    # The database was down for longer than the lease: the handler of `ran` really ran and
+    # its late result was rejected, so the host no longer holds it. Giving it back as
+    # "unstarted" would refund an attempt that executed; the reaper records lease_lost.
+    ran = await _due_run(store, "ran")
+    [claimed] = await store.claim_runs(["echo"], 10, "w1", TTL)
+    await store._ex.execute(
+        "UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", ran
+    )
+    assert await store.claim_runs(["echo"], 10, "w1", TTL, held=[]) == []
+    row = await store._ex.fetchrow(
+        "SELECT status::text, attempts, max_attempts, lease_owner FROM runs WHERE id = $1", ran
+    )
+    assert (row["status"], row["lease_owner"], row["attempts"]) == ("running", "w1", 1)
+    [reaped] = await store.reap_expired(10)
+    assert reaped["id"] == ran
+    outcome = await store._ex.fetchval(
+        "SELECT outcome::text FROM run_attempts WHERE run_id = $1 AND attempt = 1", ran
+    )
+    assert outcome == "lease_lost"
+    assert claimed["max_attempts"] == row["max_attempts"]
