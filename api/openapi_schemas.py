@@ -7,12 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.model import Catchup, Outcome, Overlap, RunStatus, Trigger
+from supervisor.model import (
+    NAME_PATTERN,
+    TYPE_PATTERN,
+    Catchup,
+    Outcome,
+    Overlap,
+    RunStatus,
+    Trigger,
+)
 
 J = dict[str, Any]
 MAX_ID = 2**63 - 1
-NAME = "^[A-Za-z0-9_.:-]{1,200}$"
-TYPE = "^[A-Za-z0-9_.:-]{1,100}$"
+NAME = f"^{NAME_PATTERN}$"
+TYPE = f"^{TYPE_PATTERN}$"
 
 
 def ref(name: str) -> J:
@@ -139,6 +147,11 @@ ATTEMPT = obj(
         "error": null(STR),
         "stdout_tail": null(STR),
         "stderr_tail": null(STR),
+        "stdout_replaced": {
+            "type": "boolean",
+            "description": "stdout_tail had invalid UTF-8 or NUL bytes, shown as U+FFFD",
+        },
+        "stderr_replaced": {"type": "boolean", "description": "the same for stderr_tail"},
         "cpu_seconds": null(NUM),
         "peak_rss_bytes": null(INT),
     }

@@ -106,6 +106,8 @@ def attempt(row: Record) -> dict[str, Any]:
         "error": row["error"],
         "stdout_tail": row["stdout_tail"],
         "stderr_tail": row["stderr_tail"],
+        "stdout_replaced": row["stdout_replaced"],
+        "stderr_replaced": row["stderr_replaced"],
         "cpu_seconds": row["cpu_seconds"],
         "peak_rss_bytes": row["peak_rss_bytes"],
     }

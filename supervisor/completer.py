@@ -14,7 +14,7 @@ import time
 
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
-from supervisor.store import Completion, Store
+from supervisor.store import Completion, Record, Store
 
 BATCH = 500
 
@@ -29,6 +29,7 @@ class Completer:
         # (completion, exclusive, future): True recorded, False late, None given up at shutdown
         self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
         self._pending_event = asyncio.Event()
+        self.refused = 0  # results the database refused as they were (completion_refused)
 
     async def submit(self, completion: Completion, exclusive: bool) -> bool | None:
         """Queue a result; True once recorded, False if late, None if given up at shutdown."""
@@ -61,7 +62,7 @@ class Completer:
                 continue
             batch = self._pending[:BATCH]
             try:
-                rows = await self.store.complete_runs([c for c, _, _ in batch], self.owner)
+                rows = await self._record([c for c, _, _ in batch])
             except DB_ERRORS as exc:
                 log_event(
                     log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
@@ -79,11 +80,52 @@ class Completer:
             del self._pending[: len(batch)]
             recorded = {r["id"] for r in rows}
             # Wake other hosts when a retry is scheduled or an exclusive job is free again.
-            if any(c[2] == "failed" or excl for c, excl, _ in batch):
+            if any(c.status == "failed" or excl for c, excl, _ in batch):
                 await self._notify_quietly()
             for completion, _, fut in batch:
                 if not fut.done():
-                    fut.set_result(completion[0] in recorded)
+                    fut.set_result(completion.run_id in recorded)
+
+    async def _record(self, batch: list[Completion]) -> list[Record]:
+        """Record a batch; a value the database refuses fails only the result that holds it.
+
+        Connection errors propagate (the batch is retried whole: completions are
+        idempotent). Any other error splits the batch: each result is recorded alone, and
+        one that is refused again is recorded without its output tails, the refusal in its
+        error. One that cannot be stored even so is left to the reaper (lease_lost).
+        """
+        try:
+            return await self.store.complete_runs(batch, self.owner)
+        except DB_ERRORS:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                return await self._record_reduced(batch[0], exc)
+            log_event(log, "completion_batch_refused", level=logging.WARNING, error=repr(exc))
+        rows: list[Record] = []
+        for completion in batch:
+            try:
+                rows += await self.store.complete_runs([completion], self.owner)
+            except DB_ERRORS:
+                raise
+            except Exception as exc:
+                rows += await self._record_reduced(completion, exc)
+        return rows
+
+    async def _record_reduced(self, completion: Completion, exc: Exception) -> list[Record]:
+        self.refused += 1
+        fields = {"run_id": completion.run_id, "outcome": completion.outcome}
+        log_event(log, "completion_refused", level=logging.ERROR, error=repr(exc), **fields)
+        reduced = completion.without_output(f"result not stored in full: {exc!r}"[:2000])
+        try:
+            return await self.store.complete_runs([reduced], self.owner)
+        except DB_ERRORS:
+            raise
+        except Exception as again:
+            log_event(
+                log, "completion_unstorable", level=logging.ERROR, error=repr(again), **fields
+            )
+            return []
 
     async def _notify_quietly(self) -> None:
         with contextlib.suppress(*DB_ERRORS):

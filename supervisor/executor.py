@@ -15,12 +15,14 @@ import json
 import logging
 import os
 import random
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from supervisor import lease
 from supervisor.completer import Completer
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
@@ -126,7 +128,12 @@ class Executor:
             if entry is None or entry.lease_token != token:
                 continue
             if run_id in ok:
-                entry.valid_until = max(entry.valid_until, sent_at + self.lease_ttl)
+                if sent_at + self.lease_ttl > entry.valid_until:
+                    entry.valid_until = sent_at + self.lease_ttl
+                    if entry.child is not None:
+                        entry.child.set_kill_by(
+                            lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
+                        )
             elif not entry.lost and not entry.completing:
                 entry.lost = True
                 self.counters.lease_lost += 1
@@ -136,7 +143,7 @@ class Executor:
     def fence_check(self, now: float | None = None) -> None:
         """Kill children whose lease could expire before another renewal succeeds."""
         now = time.monotonic() if now is None else now
-        margin = self.lease_ttl / 4
+        margin = self.lease_ttl * lease.SELF_FENCE
         for entry in self.inflight.values():
             remaining = entry.valid_until - now
             if remaining < margin and not (entry.fenced or entry.lost or entry.completing):
@@ -182,7 +189,9 @@ class Executor:
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
             completion, status = self._completion(entry, row, result)
             recorded = await self.completer.submit(completion, entry.exclusive)
-            self._finished(entry, result, status, completion[4], recorded, retry_in=completion[3])
+            self._finished(
+                entry, result, status, completion.outcome, recorded, retry_in=completion.retry_in
+            )
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
         finally:
@@ -214,6 +223,7 @@ class Executor:
             timeout=timeout,
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,
+            kill_by=lease.keeper_kill_by(entry.valid_until, self.lease_ttl),
         )
         if entry.lost or entry.fenced or entry.released:
             # Lost, fenced or given back before the child even started: starting it now
@@ -233,11 +243,15 @@ class Executor:
 
     def _completion(self, entry: InFlight, row: Any, result: ChildResult) -> tuple[Completion, str]:
         outcome = result.outcome
+        error = result.error
+        kill_by = lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
+        if result.signal == signal.SIGKILL and time.monotonic() >= kill_by:
+            # Our event loop stood still past the lease (frozen, blocked): the keeper killed it.
+            outcome, error = "lease_lost", "killed by the keeper: the lease was not renewed in time"
         if entry.lost or entry.fenced:
             outcome = "lease_lost"
         elif outcome in ("killed", "spawn_failed"):
             outcome = "failed"
-        error = result.error
         if error and result.stderr_tail:
             error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
         retry_in = 0.0
@@ -250,19 +264,21 @@ class Executor:
             retry_in = retry_delay(
                 row["attempts"], row["retry_base_seconds"], row["retry_cap_seconds"]
             )
-        completion: Completion = (
-            entry.run_id,
-            entry.lease_token,
-            status,
-            retry_in,
-            outcome,
-            error,
-            result.exit_code,
-            result.signal,
-            result.stdout_tail,
-            result.stderr_tail,
-            result.cpu_seconds,
-            result.peak_rss_bytes,
+        completion = Completion(
+            run_id=entry.run_id,
+            lease_token=entry.lease_token,
+            status=status,
+            retry_in=retry_in,
+            outcome=outcome,
+            error=error,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            stdout_tail=result.stdout_tail,
+            stderr_tail=result.stderr_tail,
+            cpu_seconds=result.cpu_seconds,
+            peak_rss_bytes=result.peak_rss_bytes,
+            stdout_replaced=result.stdout_replaced,
+            stderr_replaced=result.stderr_replaced,
         )
         return completion, status
 
@@ -281,7 +297,7 @@ class Executor:
             return
         if not recorded:
             self.counters.late_results += 1
-            self._event("late_result_rejected", entry, outcome=result.outcome, duration=duration)
+            self._event("late_result_rejected", entry, outcome=completion_outcome, duration=duration)
             return
         if status == "succeeded":
             self.counters.succeeded += 1

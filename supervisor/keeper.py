@@ -1,26 +1,34 @@
 """The keeper: a tiny companion process that kills a supervisor's children when the
-supervisor dies without closing it (SIGKILL, OOM kill, crash). It kills nothing else.
+supervisor can no longer be trusted to: when it dies without closing the keeper (SIGKILL,
+OOM kill, crash), and when a child's kill-by deadline passes unrenewed (the supervisor is
+frozen, or its event loop is blocked, past the child's lease). It kills nothing else.
 
-Run as `python -m supervisor.keeper <instance_id>`; it reads `+pgid` / `-pgid` / `exit` lines
-on stdin. EOF without `exit` means the supervisor is gone: SIGKILL every registered process
-group and every process whose environment carries PUNCHCLOCK_SUPERVISOR_INSTANCE=<instance_id>
-(a child spawned after its last register message, or a descendant that left its group).
+Run as `python -m supervisor.keeper <instance_id>`; it reads lines on stdin:
+`+<pgid> <kill_by> <child_id>` registers (or moves the deadline of) a child's process group,
+`-<pgid>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
+(time.monotonic(), the same clock in every process of the host), 0 for none. At kill_by the
+keeper SIGKILLs the group and every process carrying PUNCHCLOCK_CHILD_ID=<child_id> (a
+descendant that left the group). EOF without `exit` means the supervisor is gone: SIGKILL
+every registered group and every process whose environment carries
+PUNCHCLOCK_SUPERVISOR_INSTANCE=<instance_id> (a child spawned after its last message).
 
-Parent death is also noticed by polling getppid() once a second, for when a forked-but-not-exec'd
-process (multiprocessing's fork start method) inherited the write end of our stdin and keeps it
-open. PR_SET_PDEATHSIG is not used: it would need ctypes here, and it fires when the *thread*
-that spawned us exits, so a supervisor whose event loop runs in a worker thread could trigger a
-false kill of every child. The getppid() poll has neither problem.
+Parent death is also noticed by checking getppid() at least once a second, for when a
+forked-but-not-exec'd process (multiprocessing's fork start method) inherited the write end
+of our stdin and keeps it open. PR_SET_PDEATHSIG is not used: it fires when the *thread*
+that spawned us exits, so a supervisor whose event loop runs in a worker thread could
+trigger a false kill of every child. The getppid() check has neither problem.
 
-The keeper process imports only os, sys and signal (about 9 MB RSS; asyncio would double it):
-the supervisor-side imports below are skipped when this module runs as __main__.
+The keeper process imports only os, sys, signal, select and time (about 9 MB RSS; asyncio
+would double it): the supervisor-side imports below are skipped when it runs as __main__.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +40,7 @@ if __name__ != "__main__":  # the keeper process itself needs none of these (asy
     import subprocess
 
 INSTANCE_ENV = "PUNCHCLOCK_SUPERVISOR_INSTANCE"
+CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
 # `-m supervisor.keeper` must work whatever the cwd and whether or not we are installed.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _READY = b"ready\n"
@@ -95,9 +104,11 @@ class Keeper:
         os.set_blocking(proc.stdin.fileno(), False)
         return cls(instance_id, proc)
 
-    def register(self, pgid: int) -> None:
-        """Have the keeper kill process group `pgid` if the supervisor dies."""
-        self._send(f"+{pgid}\n".encode())
+    def register(self, pgid: int, kill_by: float | None = None, child_id: str = "") -> None:
+        """Have the keeper kill process group `pgid` if the supervisor dies, or at the
+        monotonic instant `kill_by` (and the processes marked with `child_id`). Sent again,
+        it moves the deadline."""
+        self._send(f"+{pgid} {kill_by or 0:.6f} {child_id}\n".encode())
 
     def unregister(self, pgid: int) -> None:
         """Forget `pgid` (its group is gone; the number may be reused)."""
@@ -187,10 +198,6 @@ def _spawn_keeper(instance_id: str) -> subprocess.Popen[bytes]:
     )
 
 
-class _ParentGoneError(Exception):
-    pass
-
-
 def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:
     try:
         kill(target, signal.SIGKILL)
@@ -199,10 +206,8 @@ def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:
     return True
 
 
-def _kill_everything(groups: set[int], instance_id: str) -> None:
-    for pgid in groups:
-        _sigkill(os.killpg, pgid)
-    marker = f"{INSTANCE_ENV}={instance_id}".encode()
+def _kill_marked(marker: bytes) -> None:
+    """SIGKILL every process whose environment holds `marker` (NAME=value)."""
     me = os.getpid()
     # Repeat: a marked process may fork between our reading its environ and killing it.
     for _ in range(5):
@@ -221,6 +226,45 @@ def _kill_everything(groups: set[int], instance_id: str) -> None:
             return
 
 
+def _kill_everything(groups: dict[int, tuple[float, str]], instance_id: str) -> None:
+    for pgid in groups:
+        _sigkill(os.killpg, pgid)
+    _kill_marked(f"{INSTANCE_ENV}={instance_id}".encode())
+
+
+def _kill_overdue(groups: dict[int, tuple[float, str]], now: float) -> None:
+    """Kill every child whose kill-by deadline passed without a renewal moving it."""
+    for pgid, (kill_by, child_id) in list(groups.items()):
+        if kill_by and kill_by <= now:
+            del groups[pgid]
+            _sigkill(os.killpg, pgid)
+            if child_id:
+                _kill_marked(f"{CHILD_ID_ENV}={child_id}".encode())
+            late = round(now - kill_by, 3)
+            sys.stderr.write(
+                f'{{"event": "keeper_deadline_kill", "pgid": {pgid}, "late_seconds": {late}}}\n'
+            )
+
+
+def _apply(line: bytes, groups: dict[int, tuple[float, str]]) -> bool:
+    """Apply one message; False for `exit`."""
+    if line == b"exit":
+        return False
+    op, _, rest = line.partition(b" ")
+    if op[1:].isdigit():
+        pgid = int(op[1:])
+        if op[:1] == b"+":
+            kill_by, _, child_id = rest.partition(b" ")
+            try:
+                deadline = float(kill_by) if kill_by else 0.0
+            except ValueError:
+                deadline = 0.0
+            groups[pgid] = (deadline, child_id.decode(errors="replace"))
+        elif op[:1] == b"-":
+            groups.pop(pgid, None)
+    return True
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) != 2:
         sys.stderr.write("usage: python -m supervisor.keeper <instance_id>\n")
@@ -230,11 +274,6 @@ def _main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     parent = os.getppid()
-
-    def check_parent(signum: int, frame: object) -> None:
-        if os.getppid() != parent:
-            raise _ParentGoneError
-
     try:
         # Being the OOM killer's last choice is the point; it only works with CAP_SYS_RESOURCE.
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -246,24 +285,22 @@ def _main(argv: list[str]) -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
 
-    groups: set[int] = set()
+    groups: dict[int, tuple[float, str]] = {}  # pgid -> (kill_by, child_id)
     buffer = b""
-    signal.signal(signal.SIGALRM, check_parent)
-    signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)
-    try:
-        while chunk := os.read(0, 4096):
-            *lines, buffer = (buffer + chunk).split(b"\n")
-            for line in lines:
-                if line == b"exit":
-                    return 0
-                if line[1:].isdigit():
-                    if line[:1] == b"+":
-                        groups.add(int(line[1:]))
-                    elif line[:1] == b"-":
-                        groups.discard(int(line[1:]))
-    except _ParentGoneError:
-        pass
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    while os.getppid() == parent:
+        now = time.monotonic()
+        _kill_overdue(groups, now)
+        next_due = min((t for t, _ in groups.values() if t), default=now + 1.0)
+        timeout = min(1.0, max(0.0, next_due - now))
+        if not select.select([0], [], [], timeout)[0]:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break  # EOF: the supervisor is gone
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for line in lines:
+            if not _apply(line, groups):
+                return 0
     _kill_everything(groups, instance_id)
     return 0
 

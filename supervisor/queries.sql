@@ -241,9 +241,9 @@ RETURNING r.id;
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
                          $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
-                         $11::float8[], $12::int8[])
+                         $11::float8[], $12::int8[], $13::bool[], $14::bool[])
         AS t(id, token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
-             stderr_tail, cpu_seconds, peak_rss_bytes)
+             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced)
 ), done AS (
     UPDATE runs r SET status = t.status::run_status,
         finished_at = CASE WHEN t.status = 'failed' THEN NULL ELSE now() END,
@@ -253,14 +253,15 @@ WITH t AS (
     FROM t
     -- `= ANY($1)` gives the (generic) plan the primary key when many runs are running.
     WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
-      AND r.lease_owner = $13::text
+      AND r.lease_owner = $15::text
       AND r.status = 'running' AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts, r.run_after
 ), att AS (
     UPDATE run_attempts a SET finished_at = now(), outcome = t.outcome::attempt_outcome,
         error = t.error, exit_code = t.exit_code, signal = t.signal,
         stdout_tail = t.stdout_tail, stderr_tail = t.stderr_tail,
-        cpu_seconds = t.cpu_seconds, peak_rss_bytes = t.peak_rss_bytes
+        cpu_seconds = t.cpu_seconds, peak_rss_bytes = t.peak_rss_bytes,
+        stdout_replaced = t.stdout_replaced, stderr_replaced = t.stderr_replaced
     FROM done d JOIN t ON t.id = d.id
     WHERE a.run_id = d.id AND a.attempt = d.attempts
 ), already AS (
@@ -268,7 +269,7 @@ WITH t AS (
     SELECT a.run_id AS id, r.run_after FROM t
     JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
     JOIN runs r ON r.id = a.run_id
-    WHERE a.worker_id = $13::text AND a.finished_at IS NOT NULL
+    WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 )
 SELECT d.id, d.run_after, now() AS db_now FROM done d

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from supervisor.keeper import INSTANCE_ENV
+from supervisor.keeper import CHILD_ID_ENV, INSTANCE_ENV
 from supervisor.spawn import spawn_error_text, start_process
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
     from supervisor.keeper import Keeper
 
-CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
 _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
 _PIPE_LINGER = 0.2  # how long output pipes may stay open once the process group is gone
@@ -43,6 +42,9 @@ class ChildSpec:
     timeout: float | None = None  # seconds, monotonic; None = no timeout
     kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
     output_limit: int = 65536  # bytes of tail kept per stream
+    # Monotonic instant at which the keeper kills the tree unless set_kill_by() moves it:
+    # the lease's backstop that works while our event loop does not (keeper.py).
+    kill_by: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class ChildResult:
     # not above the supervisor's own peak says nothing about the child: None then.
     peak_rss_bytes: int | None
     duration: float
+    # A tail had invalid UTF-8 or NUL bytes, replaced by U+FFFD (storable_text).
+    stdout_replaced: bool = False
+    stderr_replaced: bool = False
 
 
 def install_fast_child_watcher() -> None:
@@ -87,12 +92,29 @@ class _Tail:
             del self.buf[: len(self.buf) - self.limit]
             self.truncated = True
 
-    def text(self) -> str:
+    def text(self) -> tuple[str, bool]:
+        """The tail as storable text, and whether bytes had to be replaced to make it so."""
         start = 0
         if self.truncated:  # the cut may have split a UTF-8 sequence: drop its orphaned bytes
             while start < min(3, len(self.buf)) and self.buf[start] & 0xC0 == 0x80:
                 start += 1
-        return self.buf[start:].decode("utf-8", errors="replace")
+        return storable_text(self.buf[start:])
+
+
+def storable_text(data: bytes | bytearray) -> tuple[str, bool]:
+    """Text PostgreSQL can store: invalid UTF-8 and NUL become U+FFFD; True if any did.
+
+    Handlers may print anything (gzip, pg_dump -Fc, progress bars); a tail must never make
+    the completion that carries it fail (DESIGN.md, Output).
+    """
+    try:
+        text = data.decode("utf-8")
+        replaced = False
+    except UnicodeDecodeError:
+        text, replaced = data.decode("utf-8", errors="replace"), True
+    if "\0" in text:
+        text, replaced = text.replace("\0", "\ufffd"), True
+    return text, replaced
 
 
 class Child:
@@ -162,6 +184,11 @@ class Child:
             await asyncio.shield(self._killer)
         await asyncio.shield(self._exited)
 
+    def set_kill_by(self, kill_by: float) -> None:
+        """Move the keeper's kill-by deadline (after a lease renewal)."""
+        if self.keeper is not None and self.pid is not None and not self._exited.done():
+            self.keeper.register(self.pid, kill_by, self.child_id)
+
     def _start(self) -> None:
         spec = self.spec
         env = {**spec.env, CHILD_ID_ENV: self.child_id}
@@ -177,7 +204,7 @@ class Child:
             return
         self._popen, self.pid = proc.popen, proc.pid
         if self.keeper is not None:
-            self.keeper.register(self.pid)
+            self.keeper.register(self.pid, spec.kill_by, self.child_id)
         for file in (proc.stdout, proc.stderr):
             tail = _Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
@@ -397,14 +424,24 @@ class Child:
             outcome, error = "failed", f"exited with status {code}"
         else:
             outcome, error = "succeeded", None
-        out, err = (tail.text() for tail in self._tails)
+        (out, out_replaced), (err, err_replaced) = (tail.text() for tail in self._tails)
         cpu = rss = None
         if (usage := self._rusage) is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
             if rss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024:
                 rss = None
         return ChildResult(
-            outcome, code, sig, error, out, err, cpu, rss, self._ended - self.started_monotonic
+            outcome,
+            code,
+            sig,
+            error,
+            out,
+            err,
+            cpu,
+            rss,
+            self._ended - self.started_monotonic,
+            out_replaced,
+            err_replaced,
         )
 
 

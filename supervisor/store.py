@@ -7,21 +7,29 @@ inside a transaction. Methods return plain records. Migrations live in migrator.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from importlib import resources
+from operator import attrgetter
 from typing import Any, cast
 
 import asyncpg
+from asyncpg.connection import LoggedQuery
 from asyncpg.pool import PoolConnectionProxy
+
+from supervisor.config import split_hosts
+from supervisor.log import log_event
 
 Record = asyncpg.Record
 Conn = asyncpg.Connection | PoolConnectionProxy
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 WAKE_CHANNEL = "punchclock_wake"
+log = logging.getLogger("punchclock.store")
 
 
 def load_queries() -> dict[str, str]:
@@ -42,8 +50,50 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+# Per host of a multi-host DSN, as libpq's connect_timeout: asyncpg's one `timeout` spans
+# the whole host list, so a first host that drops packets (a dead machine) would hide the rest.
+HOST_CONNECT_TIMEOUT = 5.0
+# Why a host is passed over for the next one: unreachable, starting or stopping, full, or not
+# what target_session_attrs asks for (TargetServerAttributeNotMatched, an InternalClientError).
+_NEXT_HOST = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InternalClientError,
+)
+# The host that answered last, per DSN: tried first, so after a failover new connections do
+# not wait on the old primary each time.
+_last_good: dict[str, int] = {}
+
+
+async def open_connection(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+    """asyncpg.connect, trying each host of a multi-host DSN in turn with its own timeout.
+
+    asyncpg applies target_session_attrs per host (read-write: a standby, or a server with
+    default_transaction_read_only, is passed over). A single-host DSN goes to asyncpg as is.
+    """
+    hosts = split_hosts(dsn)
+    if len(hosts) == 1:
+        return cast(asyncpg.Connection, await asyncpg.connect(dsn, **kwargs))
+    kwargs.setdefault("timeout", HOST_CONNECT_TIMEOUT)
+    first = _last_good.get(dsn, 0)
+    order = [*range(first, len(hosts)), *range(first)]
+    for n, i in enumerate(order):
+        try:
+            conn = cast(asyncpg.Connection, await asyncpg.connect(hosts[i], **kwargs))
+        except _NEXT_HOST:
+            if n == len(order) - 1:
+                raise
+            continue
+        _last_good[dsn] = i
+        return conn
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
 async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn)
+    conn = await open_connection(dsn)
     await _init_connection(conn)
     return conn
 
@@ -69,18 +119,44 @@ async def create_pool(
     sessions.
     """
     settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
+    pools: list[asyncpg.Pool] = []  # filled below: the callbacks need the pool they serve
+
+    async def on_query(record: LoggedQuery) -> None:
+        # 25006: this server refuses writes (a standby after a failover, or an old primary
+        # fenced with default_transaction_read_only), and the rest of the pool likely sits on
+        # it too. Expired connections are closed on release and replaced on acquire, where
+        # target_session_attrs=read-write picks the writable host. Runs as a task created
+        # when the query failed, so before the failing connection's own release.
+        if isinstance(record.exception, asyncpg.ReadOnlySQLTransactionError) and pools:
+            host, port = _addr(record.conn_addr)
+            log_event(log, "db_read_only", level=logging.WARNING, host=host, port=port)
+            await pools[0].expire_connections()
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await _init_connection(conn)
+        conn.add_query_logger(on_query)
+
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        init=_init_connection,
+        connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
+        init=init,
         reset=_keep_session,
         server_settings=settings,
         # Short command timeout: a hung connection must not hold a lease renewal hostage.
         command_timeout=30,
     )
     assert pool is not None
+    pools.append(pool)
     return pool
+
+
+def _addr(addr: Any) -> tuple[str, int | None]:
+    """(host, port) of asyncpg's conn_addr: a (host, port) pair, or a unix socket path."""
+    if isinstance(addr, tuple):
+        return str(addr[0]), int(addr[1])
+    return str(addr), None
 
 
 class Store:
@@ -220,7 +296,7 @@ class Store:
         """Record results; returns the rows recorded. A missing id is a late result."""
         if not results:
             return []
-        cols = [list(c) for c in zip(*results, strict=True)]
+        cols = [list(c) for c in zip(*map(_COMPLETION_COLUMNS, results), strict=True)]
         return await self._fetch("complete_runs", *cols, owner)
 
     async def release_runs(self, leases: Sequence[tuple[int, int]], owner: str) -> set[int]:
@@ -365,22 +441,34 @@ class Store:
 
 # (job_id, scheduled_at, type, exclusive, max_attempts, status, skip_reason)
 PlannedRow = tuple[int, datetime, str, bool, int, str, str | None]
-# (run_id, lease_token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
-#  stderr_tail, cpu_seconds, peak_rss_bytes)
-Completion = tuple[
-    int,
-    int,
-    str,
-    float,
-    str,
-    str | None,
-    int | None,
-    int | None,
-    str | None,
-    str | None,
-    float | None,
-    int | None,
-]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One finished attempt, fenced by (run_id, lease_token): columns of complete_runs."""
+
+    run_id: int
+    lease_token: int
+    status: str  # what the run becomes: succeeded | failed (retry in retry_in s) | dead
+    retry_in: float
+    outcome: str  # how the attempt ended (attempt_outcome)
+    error: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    cpu_seconds: float | None = None
+    peak_rss_bytes: int | None = None
+    stdout_replaced: bool = False
+    stderr_replaced: bool = False
+
+    def without_output(self, why: str) -> Completion:
+        """The same result with its tails dropped and `why` added to the error."""
+        error = f"{self.error}\n{why}" if self.error else why
+        return replace(self, error=error, stdout_tail=None, stderr_tail=None)
+
+
+_COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
 
 # API history lists: a keyset position (scheduled_at, id), a [from, to) range with
 # +-infinity for an open end, and a range whose ends may be absent (no filter).

@@ -111,6 +111,13 @@ class Supervisor:
 
     # ------------------------------------------------------------ signals
 
+    def frozen(self) -> bool:
+        """Stopped by SIGSTOP (and not continued)."""
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+        except psutil.NoSuchProcess:
+            return False
+
     def send(self, sig: int) -> None:
         if self.running:
             os.kill(self.pid, sig)

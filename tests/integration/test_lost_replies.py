@@ -30,7 +30,7 @@ async def _due_run(store: Store, name: str) -> int:
 def _done(
     run_id: int, token: int, status: str = "succeeded", outcome: str = "succeeded"
 ) -> Completion:
-    return (run_id, token, status, 0.0, outcome, None, 0, None, "", "", 0.1, 1024)
+    return Completion(run_id, token, status, 0.0, outcome, None, 0, None, "", "", 0.1, 1024)
 
 
 async def test_retried_completion_counts_as_recorded(store: Store) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from supervisor.store import Store, create_pool
+from supervisor.store import Completion, Store, create_pool
 
 from ..helpers import job
 
@@ -64,7 +64,7 @@ async def test_wait_keeps_runs_until_the_running_one_ends(store: Store) -> None:
     assert await _claim(store) == []
     assert await _statuses(store, job_id) == {"running": 1, "scheduled": 2}
     done = await store.complete_runs(
-        [(first[0]["id"], first[0]["lease_token"], "succeeded", 0.0, "succeeded") + (None,) * 7],
+        [Completion(first[0]["id"], first[0]["lease_token"], "succeeded", 0.0, "succeeded")],
         "w1",
     )
     assert [r["id"] for r in done] == [first[0]["id"]]

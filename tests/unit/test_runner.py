@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.keeper import Keeper
-from supervisor.runner import CHILD_ID_ENV, Child, ChildResult, ChildSpec
+from supervisor.keeper import CHILD_ID_ENV, Keeper
+from supervisor.runner import Child, ChildResult, ChildSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -145,16 +145,20 @@ async def test_huge_output_keeps_memory_bounded() -> None:
     before = me.memory_info().rss
     result = await run(["head", "-c", str(300 << 20), "/dev/zero"], output_limit=4096)
     assert result.outcome == "succeeded"
-    assert result.stdout_tail == "\0" * 4096
+    # NUL cannot be stored in PostgreSQL text: replaced, and flagged.
+    assert (result.stdout_tail, result.stdout_replaced) == ("\ufffd" * 4096, True)
     assert me.memory_info().rss - before < 50 << 20
 
 
 async def test_tails_are_decoded_leniently() -> None:
     result = await run(["printf", r"ok\377ok"])
-    assert result.stdout_tail == "ok\ufffdok"
+    assert (result.stdout_tail, result.stdout_replaced) == ("ok\ufffdok", True)
+    result = await run(["sh", "-c", r"printf 'a\000b'; printf 'c\377\000' >&2"])
+    assert (result.stdout_tail, result.stdout_replaced) == ("a\ufffdb", True)
+    assert (result.stderr_tail, result.stderr_replaced) == ("c\ufffd\ufffd", True)
     # A cut through a two-byte character must not show up as a replacement character.
     result = await run([PY, "-c", "print('é' * 100, end='')"], output_limit=51)
-    assert result.stdout_tail == "é" * 25
+    assert (result.stdout_tail, result.stdout_replaced) == ("é" * 25, False)
 
 
 # ---------------------------------------------------------------- failures
@@ -379,7 +383,7 @@ async def test_many_concurrent_children_leak_no_fds() -> None:
 FAKE_SUPERVISOR = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from supervisor.keeper import Keeper
+from supervisor.keeper import CHILD_ID_ENV, Keeper
 from supervisor.runner import Child, ChildSpec
 
 async def main():
@@ -487,3 +491,54 @@ async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
     finally:
         await child.kill("test over", grace=0)
     assert (await child.wait()).outcome == "killed"
+
+
+FROZEN_SUPERVISOR = """
+import asyncio, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from supervisor.keeper import CHILD_ID_ENV, Keeper
+from supervisor.runner import Child, ChildSpec
+
+async def main():
+    keeper = await Keeper.start(sys.argv[2])
+    env = {"PATH": "/usr/bin:/bin", "D": sys.argv[3], "PUNCHCLOCK_TEST_SESSION": sys.argv[4]}
+    script = 'setsid sleep 1000 & echo $! > "$D/esc.tmp"; mv "$D/esc.tmp" "$D/esc"; exec sleep 1000'
+    now = time.monotonic()
+    doomed = await Child.spawn(ChildSpec(["sh", "-c", script], env=env, kill_by=now + 1.0), keeper)
+    renewed = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=now + 1.0), keeper)
+    renewed.set_kill_by(now + 3600)  # as a lease renewal does
+    await keeper.sync()
+    print(doomed.pid, renewed.pid, now + 1.0, keeper.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # frozen: no event loop, no self-fencing
+
+asyncio.run(main())
+"""
+
+
+async def test_keeper_kills_a_frozen_supervisors_child_at_its_deadline(tmp_path: Path) -> None:
+    fake = subprocess.Popen(
+        [PY, "-c", FROZEN_SUPERVISOR, str(ROOT), uuid.uuid4().hex, str(tmp_path), SESSION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        async with asyncio.timeout(20):
+            line = await asyncio.to_thread(fake.stdout.readline)
+        doomed, renewed, kill_by, keeper = (float(x) for x in line.split())
+        await wait_for((tmp_path / "esc").exists)
+        escaped = pid_in(tmp_path / "esc")
+        await wait_for(lambda: psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED)
+        # The deadline passes with the supervisor frozen: the child's group and its escaped
+        # descendant die then, not when the supervisor wakes up.
+        await wait_for(lambda: is_dead(int(doomed)) and is_dead(escaped), timeout=5)
+        assert time.monotonic() >= kill_by
+        # A renewed deadline holds: that child lives on, as does the frozen supervisor.
+        assert not is_dead(int(renewed)) and not is_dead(int(keeper))
+        assert psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED
+    finally:
+        fake.kill()
+        fake.wait()
+        if fake.stdout is not None:
+            fake.stdout.close()
+    await wait_for(lambda: is_dead(int(renewed)) and is_dead(int(keeper)), timeout=5)
