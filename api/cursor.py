@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.errors import InvalidSpec
+from supervisor.jobs import checked_instant
 
 VERSION = 1
 MAX_LENGTH = 512
@@ -61,10 +62,12 @@ def parse_run_key(key: list[Any], field: str = "cursor") -> tuple[datetime, int]
         raise bad
     try:
         at = datetime.fromisoformat(key[0])
-    except ValueError:
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise bad
+        # A forged key may name an instant UTC cannot hold or asyncpg sends as +-infinity.
+        at = checked_instant(at, field, key[0])
+    except (ValueError, InvalidSpec):
         raise bad from None
-    if at.tzinfo is None:
-        raise bad
     return at, int(key[1])
 
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
 from api.problems import ApiError
 from supervisor.errors import InvalidSpec, InvalidSpecs
+from supervisor.jobs import checked_instant
 
 MAX_ID = 2**63 - 1
-NAME_CHARS = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-TYPE_CHARS = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 class Query:
@@ -43,12 +42,13 @@ class Query:
         values = self.q.getall(name, [])
         return values[0] if values else None
 
-    def string(self, name: str, pattern: re.Pattern[str], what: str) -> str | None:
+    def string(self, name: str, pattern: re.Pattern[str], rule: str) -> str | None:
+        """A value matching `pattern`; `rule` is the message otherwise ("must be ...")."""
         value = self._raw(name)
         if value is None:
             return None
         if not pattern.fullmatch(value):
-            self.errors.append(InvalidSpec(name, f"must be {what}"))
+            self.errors.append(InvalidSpec(name, rule))
             return None
         return value
 
@@ -84,12 +84,17 @@ class Query:
         # Unlike schedule.parse_instant (whole seconds, for run_at), filters keep microseconds.
         try:
             parsed = _fromisoformat(value)
-            if parsed.tzinfo is not None and parsed.utcoffset() is not None:
-                return parsed.astimezone(UTC)
-            self.errors.append(InvalidSpec(name, f"'{value}' must include a UTC offset"))
-        except (ValueError, OverflowError):
+        except ValueError:
             self.errors.append(InvalidSpec(name, f"'{value}' is not an ISO-8601 date-time"))
-        return None
+            return None
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
+            self.errors.append(InvalidSpec(name, f"'{value}' must include a UTC offset"))
+            return None
+        try:
+            return checked_instant(parsed, name, value)
+        except InvalidSpec as exc:
+            self.errors.append(exc)
+            return None
 
     def choices(self, name: str, allowed: list[str]) -> tuple[str, ...]:
         """A repeatable parameter; each value may also be a comma-separated list."""

@@ -1,7 +1,8 @@
 """RFC 9457 problem details: every error the API answers is application/problem+json.
 
 One middleware maps domain errors (InvalidSpec(s), NotFound, Conflict), aiohttp's HTTP
-errors (404 route, 405, 413) and ApiError to a problem; anything else is a logged 500.
+errors (404 route, 405, 413) and ApiError to a problem; a value the database refuses (a
+data error that slipped past validation) to a 422; anything else is a logged 500.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.log import log_event
 
 log = logging.getLogger("punchclock.api")
 PROBLEM_JSON = "application/problem+json"
@@ -78,6 +80,23 @@ def _from_http_exception(exc: web.HTTPException, max_body: int) -> web.Response:
     return problem(exc.status, detail, headers=headers)
 
 
+def _from_data_error(request: web.Request, exc: asyncpg.exceptions.DataError) -> web.Response:
+    """SQLSTATE class 22, or an argument asyncpg cannot encode: the request held a value the
+    database cannot take. The client's error (422), but also a validation gap, so logged."""
+    log_event(
+        log,
+        "api_data_error",
+        level=logging.WARNING,
+        method=request.method,
+        path=request.path,
+        sqlstate=getattr(exc, "sqlstate", None),
+        error=type(exc).__name__,
+    )
+    where = "body" if request.body_exists else "query"
+    message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return invalid([InvalidSpec(where, f"a value the database refuses: {message}")])
+
+
 def error_middleware(max_body: int) -> Middleware:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -104,6 +123,8 @@ def error_middleware(max_body: int) -> Middleware:
             return problem(
                 503, "the database is unavailable; retry later", headers={"Retry-After": "1"}
             )
+        except asyncpg.exceptions.DataError as exc:
+            return _from_data_error(request, exc)
         except asyncpg.exceptions.TransactionRollbackError:
             return problem(
                 503, "a concurrent change interfered; retry", headers={"Retry-After": "0"}

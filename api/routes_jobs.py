@@ -9,10 +9,11 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor, views
-from api.params import NAME_CHARS, NO_BODY, TYPE_CHARS, Query, no_query, path_id, read_json
+from api.params import NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
 from supervisor import jobs, schedule
 from supervisor.errors import InvalidSpec, NotFound
+from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE
 from supervisor.store import Record
 
 routes = web.RouteTableDef()
@@ -43,9 +44,9 @@ async def create_job(request: web.Request) -> web.Response:
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     q = Query(request, {"type", "paused", "name_prefix", "limit", "cursor"})
-    type_ = q.string("type", TYPE_CHARS, "1-100 letters, digits or -_.:")
+    type_ = q.string("type", TYPE, TYPE_RULE)
     paused = q.boolean("paused")
-    prefix = q.string("name_prefix", NAME_CHARS, "1-200 letters, digits or -_.:")
+    prefix = q.string("name_prefix", NAME, NAME_RULE)
     limit = q.integer("limit", 1, MAX_PAGE, 100)
     token = q.text("cursor")
     q.done()

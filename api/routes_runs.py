@@ -8,10 +8,10 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor, views
-from api.params import NAME_CHARS, Query, no_query, path_id
+from api.params import Query, no_query, path_id
 from api.state import store
 from supervisor import runs
-from supervisor.model import RunStatus
+from supervisor.model import NAME, NAME_RULE, RunStatus
 from supervisor.runs import RunFilters
 
 routes = web.RouteTableDef()
@@ -34,7 +34,7 @@ WORKERS_MAX = 1000
 def _filters(q: Query) -> RunFilters:
     return RunFilters(
         job_id=q.integer("job_id", 1, cursor.MAX_ID),
-        job_name=q.string("job_name", NAME_CHARS, "a job name (1-200 letters, digits or -_.:)"),
+        job_name=q.string("job_name", NAME, NAME_RULE),
         statuses=q.choices("status", STATUSES),
         scheduled_after=q.instant("scheduled_after"),
         scheduled_before=q.instant("scheduled_before"),

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from supervisor import schedule
 from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
-from supervisor.model import Catchup, Overlap
+from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 from supervisor.planning import PlanLimits, plan_jobs
 from supervisor.store import Record, Store
 
-NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 WEEK = 7 * 24 * 3600
 FIELDS = {
     "name",
@@ -53,6 +51,25 @@ DEFAULTS: dict[str, Any] = {
     "paused": False,
 }
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
+# null means "no value"; only these job fields can have none (cron and run_at: one of them).
+NULLABLE = {"timeout_seconds", "cron", "run_at"}
+# Instants accepted from users: a day inside Python's datetime range on each side, so no
+# offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
+# (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+RANGE_TEXT = "out of the supported range (0001-01-02 to 9999-12-30 UTC)"
+
+
+def checked_instant(value: datetime, field: str, text: str) -> datetime:
+    """An aware instant in UTC, or InvalidSpec(field) outside [EARLIEST, LATEST]."""
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSpec(field, f"'{text}' is {RANGE_TEXT}") from None
+    if not EARLIEST <= utc <= LATEST:
+        raise InvalidSpec(field, f"'{text}' is {RANGE_TEXT}")
+    return utc
 
 
 def _number(
@@ -93,14 +110,18 @@ def validate_job(body: Any, base: dict[str, Any] | None = None) -> dict[str, Any
         for required in ("name", "type"):
             if required not in body:
                 errors.append(InvalidSpec(required, "is required"))
+    for key in sorted(FIELDS - NULLABLE):
+        if key in body and body[key] is None:
+            errors.append(InvalidSpec(key, "cannot be null"))
+    body = {k: v for k, v in body.items() if v is not None or k in NULLABLE}
 
     if "name" in body:
         if not isinstance(body["name"], str) or not NAME.fullmatch(body["name"]):
-            errors.append(InvalidSpec("name", "must be 1-200 letters, digits or -_.:"))
+            errors.append(InvalidSpec("name", NAME_RULE))
         out["name"] = body["name"]
     if "type" in body:
         if not isinstance(body["type"], str) or not TYPE.fullmatch(body["type"]):
-            errors.append(InvalidSpec("type", "must be 1-100 letters, digits or -_.:"))
+            errors.append(InvalidSpec("type", TYPE_RULE))
         out["type"] = body["type"]
     if "payload" in body:
         if not isinstance(body["payload"], dict):
@@ -141,6 +162,10 @@ def _validate_retry(errors: list[InvalidSpec], retry: Any, out: dict[str, Any]) 
         return
     for key in sorted(set(retry) - {"base_seconds", "cap_seconds"}):
         errors.append(InvalidSpec(f"retry.{key}", "unknown field"))
+    for key in sorted({"base_seconds", "cap_seconds"} & set(retry)):
+        if retry[key] is None:
+            errors.append(InvalidSpec(f"retry.{key}", "cannot be null"))
+    retry = {k: v for k, v in retry.items() if v is not None}
     if "base_seconds" in retry:
         out["retry_base_seconds"] = _number(
             errors, "retry.base_seconds", retry["base_seconds"], 0, 86400
@@ -169,6 +194,11 @@ def _validate_schedule(
             return
     has_cron = body.get("cron") is not None
     has_run_at = body.get("run_at") is not None
+    # null removes a schedule; a job has exactly one, so only while giving the other.
+    for name, other, given in (("cron", "run_at", has_run_at), ("run_at", "cron", has_cron)):
+        if name in body and body[name] is None and not given:
+            errors.append(InvalidSpec(name, f"cannot be null unless {other} is given"))
+            return
     if has_cron and has_run_at:
         errors.append(InvalidSpec("cron", "give exactly one of cron or run_at, not both"))
         return
@@ -191,7 +221,8 @@ def _validate_schedule(
             errors.append(exc)
     elif isinstance(out["run_at"], str):
         try:
-            out["run_at"] = schedule.parse_instant(out["run_at"], "run_at")
+            parsed = schedule.parse_instant(out["run_at"], "run_at")
+            out["run_at"] = checked_instant(parsed, "run_at", out["run_at"])
         except InvalidSpec as exc:
             errors.append(exc)
     elif not isinstance(out["run_at"], datetime):

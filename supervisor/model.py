@@ -1,11 +1,23 @@
-"""Enums mirroring the database's enum types (a test keeps them equal). No I/O.
+"""Enums mirroring the database's enum types (a test keeps them equal), and the rule for
+job and handler type names. No I/O.
 
 Rows travel as asyncpg Records; these name the values that code branches on.
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+# Job names and handler types are names, never paths: letters, digits and -_.: without a
+# leading dot (so never ".", ".." or a hidden-file name). The API, the OpenAPI document and
+# the handler registry all use these; match with fullmatch.
+NAME_PATTERN = r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,199}"
+TYPE_PATTERN = r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,99}"
+NAME = re.compile(NAME_PATTERN)
+TYPE = re.compile(TYPE_PATTERN)
+NAME_RULE = "must be 1-200 letters, digits or -_.: and must not start with a dot"
+TYPE_RULE = "must be 1-100 letters, digits or -_.: and must not start with a dot"
 
 
 class RunStatus(StrEnum):

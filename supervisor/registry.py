@@ -8,13 +8,13 @@ Bad entries are collected as `Rejected` with a reason instead of stopping the ho
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TYPE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+from supervisor.model import TYPE, TYPE_RULE
+
 _KEYS = {"command", "shell", "timeout_seconds", "cwd", "env"}
 _IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}
 
@@ -83,8 +83,8 @@ def _load_dir(reg: Registry, directory: Path) -> None:
         if path.name.startswith((".", "_")) or path.suffix in _IGNORED_SUFFIXES or path.is_dir():
             continue
         type_name = path.stem
-        if not TYPE_NAME.match(type_name):
-            reg.rejected.append(Rejected(str(path), type_name, "file name is not a valid type"))
+        if not TYPE.fullmatch(type_name):
+            reg.rejected.append(Rejected(str(path), type_name, f"file name: type {TYPE_RULE}"))
             continue
         problem = _executable_problem(path)
         if problem:
@@ -115,8 +115,8 @@ def _load_toml(reg: Registry, path: Path) -> None:
 
 
 def _parse_entry(type_name: str, spec: Any, source: str, base: Path) -> Handler:
-    if not TYPE_NAME.match(type_name):
-        raise ValueError("type name must be 1-100 letters, digits or -_.:")
+    if not TYPE.fullmatch(type_name):
+        raise ValueError(f"type name {TYPE_RULE}")
     if not isinstance(spec, dict):
         raise ValueError("must be a table")
     unknown = sorted(set(spec) - _KEYS)

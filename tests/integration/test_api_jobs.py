@@ -356,3 +356,95 @@ async def test_wrong_method_is_405_with_allow(api: Client) -> None:
     data = await _problem(resp, 405)
     assert "GET" in resp.headers["Allow"] and "POST" in resp.headers["Allow"]
     assert "PUT" in data["detail"]
+
+
+NOT_NULLABLE = [
+    "name",
+    "type",
+    "payload",
+    "timezone",
+    "max_attempts",
+    "retry",
+    "catchup",
+    "catchup_window_seconds",
+    "overlap",
+    "paused",
+]
+
+
+async def test_null_is_refused_for_a_field_that_cannot_be_null(api: Client, store: Store) -> None:
+    """Issue 11: PATCH {"cron": null} answered 200 and changed nothing. null means "remove",
+    so it is a 422 naming the field wherever the field cannot be absent; cron and run_at may
+    only be removed by giving the other one in the same request."""
+    cron_job = await (await api.post("/v1/jobs", json=BASE)).json()
+    one_off = await (
+        await api.post(
+            "/v1/jobs", json={"name": "once", "type": "echo", "run_at": "2030-01-01T00:00:00Z"}
+        )
+    ).json()
+    before = await _counts(store)
+    rows = await store._ex.fetch("select * from jobs order by id")
+    cases: list[tuple[int, dict[str, Any], str, str]] = [
+        (cron_job["id"], {"cron": None}, "cron", "cannot be null unless run_at is given"),
+        (one_off["id"], {"run_at": None}, "run_at", "cannot be null unless cron is given"),
+        (one_off["id"], {"cron": None}, "cron", "cannot be null unless run_at is given"),
+        (cron_job["id"], {"cron": None, "run_at": None}, "cron", "cannot be null unless"),
+        (cron_job["id"], {"retry": {"base_seconds": None}}, "retry.base_seconds", "cannot be null"),
+        *((cron_job["id"], {f: None}, f, "cannot be null") for f in NOT_NULLABLE),
+    ]
+    for job_id, body, field, words in cases:
+        data = await _problem(await api.patch(f"/v1/jobs/{job_id}", json=body), 422)
+        assert [(e["field"], words in e["message"]) for e in data["errors"]] == [(field, True)], (
+            body,
+            data,
+        )
+    for field in NOT_NULLABLE:  # the same rule on create
+        data = await _problem(await api.post("/v1/jobs", json={**BASE, field: None}), 422)
+        assert field in {e["field"] for e in data["errors"]}, data
+    assert await store._ex.fetch("select * from jobs order by id") == rows, "nothing changed"
+    assert await _counts(store) == before
+    # Switching schedules: null for one together with the other.
+    resp = await api.patch(
+        f"/v1/jobs/{cron_job['id']}", json={"cron": None, "run_at": "2031-01-01T00:00:00Z"}
+    )
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["cron"] is None
+    resp = await api.patch(f"/v1/jobs/{one_off['id']}", json={"run_at": None, "cron": "0 * * * *"})
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["run_at"] is None
+    # timeout_seconds is nullable: null removes the job's own timeout.
+    resp = await api.patch(f"/v1/jobs/{one_off['id']}", json={"timeout_seconds": 60})
+    assert (await resp.json())["timeout_seconds"] == 60
+    resp = await api.patch(f"/v1/jobs/{one_off['id']}", json={"timeout_seconds": None})
+    assert resp.status == 200 and (await resp.json())["timeout_seconds"] is None
+
+
+@pytest.mark.parametrize("value", [".", "..", "...", ".hidden"])
+@pytest.mark.parametrize("field", ["name", "type"])
+async def test_names_and_types_are_names_not_paths(
+    api: Client, store: Store, field: str, value: str
+) -> None:
+    """Issue 11: a handler type named '..' was accepted. Names may hold dots, but not start
+    with one: '.', '..' and hidden-file names are refused on create, update and in filters."""
+    data = await _problem(await api.post("/v1/jobs", json={**BASE, field: value}), 422)
+    assert [e["field"] for e in data["errors"]] == [field]
+    assert "must not start with a dot" in data["errors"][0]["message"]
+    job = await (await api.post("/v1/jobs", json=BASE)).json()
+    data = await _problem(await api.patch(f"/v1/jobs/{job['id']}", json={field: value}), 422)
+    assert [e["field"] for e in data["errors"]] == [field]
+    query = {"name": "name_prefix", "type": "type"}[field]
+    data = await _problem(await api.get("/v1/jobs", params={query: value}), 422)
+    assert [e["field"] for e in data["errors"]] == [query]
+    assert (await api.post("/v1/jobs", json={**BASE, "name": "a..b", "type": "x.y"})).status == 201
+
+
+@pytest.mark.parametrize(
+    "run_at", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00+14:00"]
+)
+async def test_run_at_out_of_range_is_422(api: Client, store: Store, run_at: str) -> None:
+    """0001-01-01T00:00Z is what asyncpg sends as -infinity: it answered 500."""
+    body = {"name": "once", "type": "echo", "run_at": run_at}
+    data = await _problem(await api.post("/v1/jobs", json=body), 422)
+    [error] = data["errors"]
+    assert error["field"] == "run_at" and "out of the supported range" in error["message"]
+    assert await _counts(store) == (0, 0)

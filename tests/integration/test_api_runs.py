@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import random
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
+from api import cursor
+from api.app import create_app
 from supervisor.store import Store
 
-from ..api_support import insert_runs
+from ..api_support import config, insert_runs
 from ..helpers import job
 
 Client = TestClient[Any, Any]
@@ -350,3 +355,64 @@ async def test_preview_endpoint(api: Client) -> None:
     # An unencoded '+' of an offset arrives as a space; it is understood all the same.
     resp = await api.get("/v1/runs?scheduled_after=2026-01-01T00:00:00+01:00")
     assert resp.status == 200, await resp.text()
+
+
+EXTREME_INSTANTS = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59.999999-14:00"]
+
+
+@pytest.mark.parametrize("filters", ["none", "status", "job"])
+@pytest.mark.parametrize("instant", EXTREME_INSTANTS)
+async def test_forged_cursor_with_an_extreme_instant_is_422(
+    api: Client, store: Store, filters: str, instant: str
+) -> None:
+    """Issue 11: a well-formed cursor for the right filters whose instant PostgreSQL (or
+    Python's UTC conversion) cannot hold answered 500; it is a 422 naming the cursor."""
+    a = await _job(store, "alpha")
+    await insert_runs(store, a, 3, status="dead")
+    params = {"none": {}, "status": {"status": "dead"}, "job": {"job_id": str(a)}}[filters]
+    first = await (await api.get("/v1/runs", params={**params, "limit": "1"})).json()
+    raw = json.loads(base64.urlsafe_b64decode(first["next_cursor"] + "=="))
+    for key in (instant, "0001-01-01T00:00:00+00:00", "9999-12-31T23:59:59.999999+00:00"):
+        forged = cursor.encode([key, raw["k"][1]], raw["f"])
+        resp = await api.get("/v1/runs", params={**params, "cursor": forged})
+        assert resp.status == 422, (key, await resp.text())
+        problem = await resp.json(content_type=None)
+        assert [e["field"] for e in problem["errors"]] == ["cursor"], problem
+
+
+@pytest.mark.parametrize("name", ["scheduled_after", "scheduled_before", "finished_before"])
+@pytest.mark.parametrize("instant", [*EXTREME_INSTANTS, "0001-01-01T00:00:00Z"])
+async def test_instant_filters_out_of_range_are_422(api: Client, name: str, instant: str) -> None:
+    resp = await api.get("/v1/runs", params={name: instant})
+    assert resp.status == 422, await resp.text()
+    problem = await resp.json(content_type=None)
+    [error] = problem["errors"]
+    assert error["field"] == name and "out of the supported range" in error["message"]
+
+
+async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> None:
+    """The safety net: a value that slips past validation and that PostgreSQL (or asyncpg's
+    encoder) refuses is the client's error, answered as a problem, never a 500."""
+    routes = web.RouteTableDef()
+
+    @routes.get("/probe/{kind}")
+    async def probe(request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        if kind == "text":  # 22P02 invalid_text_representation
+            await store._ex.fetchval("select $1::text::int", "x")
+        elif kind == "nul":  # 22021 character_not_in_repertoire
+            await store._ex.fetchval("select $1::text", "a\x00b")
+        elif kind == "range":  # 22008 datetime_field_overflow
+            await store._ex.fetchval("select '294277-01-01'::timestamptz")
+        elif kind == "encode":  # asyncpg cannot encode the argument: DataError
+            await store._ex.fetchval("select $1::int4", 2**40)
+        return web.json_response({})
+
+    app = create_app(config(), store, extra_routes=list(routes))
+    async with TestClient(TestServer(app, host="127.0.0.1")) as api:
+        for kind in ("text", "nul", "range", "encode"):
+            resp = await api.get(f"/probe/{kind}")
+            assert resp.status == 422, (kind, await resp.text())
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json(content_type=None)
+            assert problem["errors"][0]["field"] == "query", problem
