@@ -45,7 +45,9 @@ class Config:
     plan_horizon: float = _setting(86400.0, "seconds of future runs the planner keeps planned")
     plan_max_runs: int = _setting(100, "at most this many runs planned per job per pass")
     poll_interval: float = _setting(5.0, "fallback poll when no notification arrives (seconds)")
-    metrics_listen: str = _setting("", "host:port for /metrics and /readyz (empty: off)")
+    metrics_listen: str = _setting(
+        "", "[host:]port for /metrics and /readyz, unauthenticated (no host: 127.0.0.1; empty: off)"
+    )
     api_listen: str = _setting("127.0.0.1:8080", "host:port the API listens on")
     api_tokens: tuple[str, ...] = _setting(
         (), "API bearer tokens as ROLE:TOKEN, ROLE is read or admin (repeatable)"
@@ -123,19 +125,21 @@ def _validate(cfg: Config) -> None:
     for name in ("metrics_listen", "api_listen"):
         value = getattr(cfg, name)
         if value and not _valid_listen(value):
-            problems.append(f"{name}: expected HOST:PORT, got {value!r}")
+            problems.append(f"{name}: expected [HOST:]PORT, got {value!r}")
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
 
 
 def _valid_listen(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 <= int(port) < 65536)
+    _, _, port = value.rpartition(":")
+    return port.isascii() and port.isdigit() and 0 <= int(port) < 65536
 
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
-    return host.strip("[]"), int(port)
+    """HOST:PORT, or :PORT / PORT for loopback: nothing listens beyond the host unless the
+    operator names an address (0.0.0.0:9464 for every interface)."""
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def load(

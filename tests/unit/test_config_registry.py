@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import ConfigError, load, settings_table
+from supervisor.config import ConfigError, load, parse_listen, settings_table
 from supervisor.registry import load_registry
 
 
@@ -27,7 +27,7 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ("lease_ttl = 'x'\n", {}, "lease_ttl"),
         ("lease_ttl = -1\n", {}, "lease_ttl: must be greater than 0"),
         ("", {"PUNCHCLOCK_CONCURRENCY": "many"}, "PUNCHCLOCK_CONCURRENCY: concurrency"),
-        ("", {"PUNCHCLOCK_METRICS_LISTEN": "nope"}, "metrics_listen: expected HOST:PORT"),
+        ("", {"PUNCHCLOCK_METRICS_LISTEN": "nope"}, "metrics_listen: expected"),
         ("", {"PUNCHCLOCK_API_TOKENS": "root:short"}, "api_tokens"),
         ("log_level = 'loud'\n", {}, "log_level"),
         ("lease_ttl = \n", {}, "config file"),
@@ -110,3 +110,39 @@ def test_duplicate_type_and_missing_path(tmp_path: Path) -> None:
     assert any("already defined" in r for r in reasons)
     assert any("no such file" in r for r in reasons)
     assert os.access(d / "x.sh", os.X_OK)
+
+
+def test_handler_types_are_names_not_paths(tmp_path: Path) -> None:
+    """Issue 11: a type named '..' was accepted. TOML keys and file names share one rule."""
+    (tmp_path / "h.toml").write_text(
+        '[handlers."."]\nshell = "true"\n[handlers.".."]\nshell = "true"\n'
+        '[handlers.".hidden"]\nshell = "true"\n[handlers."a..b"]\nshell = "true"\n'
+        '[handlers."x\\n"]\nshell = "true"\n'
+    )
+    d = tmp_path / "d"
+    d.mkdir()
+    _exe(d / "...sh")  # stem "..", but a dot file: skipped like every hidden file
+    _exe(d / "ok.v2.sh")
+    reg = load_registry([str(tmp_path / "h.toml"), str(d)])
+    assert reg.types == ["a..b", "ok.v2"]
+    reasons = {r.type: r.reason for r in reg.rejected}
+    assert set(reasons) == {".", "..", ".hidden", "x\n"}
+    assert all("must not start with a dot" in r for r in reasons.values()), reasons
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (":9464", ("127.0.0.1", 9464)),
+        ("9464", ("127.0.0.1", 9464)),
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        ("[::1]:9464", ("::1", 9464)),
+        ("localhost:9464", ("localhost", 9464)),
+    ],
+)
+def test_metrics_listen_without_a_host_binds_loopback(
+    value: str, expected: tuple[str, int]
+) -> None:
+    """/metrics is unauthenticated: a bare port means loopback; any other host is explicit."""
+    cfg = load(environ={"PUNCHCLOCK_METRICS_LISTEN": value})
+    assert parse_listen(cfg.metrics_listen) == expected
