@@ -22,8 +22,9 @@ from datetime import timedelta
 from typing import Any
 
 import asyncpg
+from asyncpg.exceptions import TargetServerAttributeNotMatched
 
-from supervisor import __version__
+from supervisor import __version__, lease
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
 from supervisor.executor import Executor
@@ -34,13 +35,14 @@ from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS, Loop
 from supervisor.metrics import Metrics
 from supervisor.migrator import check_schema, migrate, pending_migrations
+from supervisor.orphans import Orphans
 from supervisor.planner import Planner
 from supervisor.planning import PlanLimits
 from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import WAKE_CHANNEL, Store, create_pool
+from supervisor.store import WAKE_CHANNEL, Store, create_pool, open_connection
 
 log = logging.getLogger("punchclock.supervisor")
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds
@@ -51,9 +53,18 @@ REFILL_WAIT = 0.005
 
 
 class Listener(Loop):
-    """Holds a LISTEN connection (reconnecting) and wakes the claimer on NOTIFY."""
+    """Holds a LISTEN connection on a writable server and wakes the claimer on NOTIFY.
+
+    LISTEN is re-armed after every reconnect. Each second the connection is probed: a closed
+    or silent one, or one whose server stopped accepting writes (promoted elsewhere, fenced
+    read-only; NOTIFYs are sent where the writes go), is dropped and replaced, the host chosen
+    by the DSN's target_session_attrs. A wake follows each (re)connect: notifications may
+    have been missed meanwhile.
+    """
 
     name = "listener"
+    # True on a server that takes writes (in recovery transaction_read_only is always on).
+    PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
 
     def __init__(self, dsn: str, on_wake: Callable[[], None]) -> None:
         super().__init__(1.0, jitter=0.0)
@@ -62,11 +73,37 @@ class Listener(Loop):
         self.conn: asyncpg.Connection | None = None
 
     async def run_once(self) -> float | None:
-        if self.conn is None or self.conn.is_closed():
-            self.conn = await asyncpg.connect(self.dsn, timeout=5)
-            await self.conn.add_listener(WAKE_CHANNEL, lambda *_: self.on_wake())
-            self.on_wake()  # notifications may have been missed while disconnected
+        if self.conn is not None:
+            if await self._usable(self.conn):
+                return None
+            self.conn.terminate()
+            self.conn = None
+        conn = await open_connection(self.dsn, timeout=5)
+        try:
+            if not await conn.fetchval(self.PROBE, timeout=5):
+                raise TargetServerAttributeNotMatched("the server refuses writes: no LISTEN here")
+            await conn.add_listener(WAKE_CHANNEL, lambda *_: self.on_wake())
+            port = await conn.fetchval("SELECT inet_server_port()", timeout=5)
+        except BaseException:
+            conn.terminate()
+            raise
+        self.conn = conn
+        log_event(log, "listener_connected", port=port)
+        self.on_wake()  # notifications may have been missed while disconnected
         return None
+
+    async def _usable(self, conn: asyncpg.Connection) -> bool:
+        if conn.is_closed():
+            reason = "closed"
+        else:
+            try:
+                if await conn.fetchval(self.PROBE, timeout=5):
+                    return True
+                reason = "read_only"
+            except DB_ERRORS as exc:
+                reason = repr(exc)
+        log_event(log, "listener_lost", level=logging.WARNING, reason=reason)
+        return False
 
     async def close(self) -> None:
         if self.conn is not None and not self.conn.is_closed():
@@ -93,6 +130,7 @@ class Supervisor:
         self.owner = cfg.effective_worker_id
         self.stopping = asyncio.Event()
         self.hurry = asyncio.Event()
+        self.orphans = Orphans()
 
     def request_stop(self) -> None:
         if self.stopping.is_set():
@@ -144,11 +182,14 @@ class Supervisor:
         store = Store(pool)
         try:
             await self._prepare_schema(pool)
+            self.orphans.enable()
             keeper = await Keeper.start(uuid.uuid4().hex)
+            self.orphans.exempt(keeper.pid)
             try:
                 return await self._serve(store, keeper, pool)
             finally:
                 await keeper.close()
+                self.orphans.sweep()  # what handlers left behind must not outlive us
         finally:
             try:
                 await asyncio.wait_for(pool.close(), 5)
@@ -168,6 +209,7 @@ class Supervisor:
             kill_grace=cfg.kill_grace,
             output_limit=cfg.output_limit,
             keeper=keeper,
+            orphans=self.orphans,
             on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
             on_event=lambda event, data: _record_event(m, event, data),
         )
@@ -214,7 +256,12 @@ class Supervisor:
             renewed=renewed,
             running=lambda: len(executor.inflight),
         )
-        fence = FenceWatch(executor.fence_check, min(0.5, cfg.lease_ttl / 20))
+
+        def fence_tick() -> None:
+            executor.fence_check()
+            self.orphans.sweep_soon()  # also catches daemons orphaned while handlers run
+
+        fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
         listener = Listener(cfg.database_url, claimer.wake)
         pruner = Pruner(
             store,

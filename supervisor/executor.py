@@ -26,6 +26,7 @@ from supervisor import lease
 from supervisor.completer import Completer
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
+from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child, ChildResult, ChildSpec
 from supervisor.store import Completion, Store
@@ -92,6 +93,7 @@ class Executor:
         kill_grace: float,
         output_limit: int,
         keeper: Any = None,
+        orphans: Orphans | None = None,
         on_slot_free: Callable[[], None] | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
@@ -103,6 +105,7 @@ class Executor:
         self.kill_grace = kill_grace
         self.output_limit = output_limit
         self.keeper = keeper
+        self.orphans = orphans
         self.on_slot_free = on_slot_free
         self.on_event = on_event
         self.inflight: dict[int, InFlight] = {}
@@ -229,7 +232,7 @@ class Executor:
             # Lost, fenced or given back before the child even started: starting it now
             # could overlap another host's execution of the same run.
             return _not_run("not started: the lease was lost or given back first")
-        entry.child = await Child.spawn(spec, self.keeper)
+        entry.child = await Child.spawn(spec, self.keeper, self.orphans)
         self._event(
             "started",
             entry,
@@ -297,7 +300,9 @@ class Executor:
             return
         if not recorded:
             self.counters.late_results += 1
-            self._event("late_result_rejected", entry, outcome=completion_outcome, duration=duration)
+            self._event(
+                "late_result_rejected", entry, outcome=completion_outcome, duration=duration
+            )
             return
         if status == "succeeded":
             self.counters.succeeded += 1

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import resource
 
     from supervisor.keeper import Keeper
+    from supervisor.orphans import Orphans
 
 _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
@@ -133,9 +134,10 @@ class Child:
     pid: int | None
     started_monotonic: float
 
-    def __init__(self, spec: ChildSpec, keeper: Keeper | None) -> None:
+    def __init__(self, spec: ChildSpec, keeper: Keeper | None, orphans: Orphans | None) -> None:
         self.spec = spec
         self.keeper = keeper
+        self.orphans = orphans
         self.child_id = uuid.uuid4().hex
         self.pid = None
         self.started_monotonic = time.monotonic()
@@ -161,9 +163,11 @@ class Child:
         self._helper: asyncio.Task[None] | None = None
 
     @classmethod
-    async def spawn(cls, spec: ChildSpec, keeper: Keeper | None = None) -> Child:
+    async def spawn(
+        cls, spec: ChildSpec, keeper: Keeper | None = None, orphans: Orphans | None = None
+    ) -> Child:
         """Start `spec.argv`; a command that cannot be executed yields a spawn_failed result."""
-        child = cls(spec, keeper)
+        child = cls(spec, keeper, orphans)
         child._start()
         return child
 
@@ -205,6 +209,8 @@ class Child:
         self._popen, self.pid = proc.popen, proc.pid
         if self.keeper is not None:
             self.keeper.register(self.pid, spec.kill_by, self.child_id)
+        if self.orphans is not None:
+            self.orphans.started(self.pid, self.child_id)
         for file in (proc.stdout, proc.stderr):
             tail = _Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
@@ -367,6 +373,8 @@ class Child:
             self._close_stream(tail)
         if self.keeper is not None and self.pid is not None:
             self.keeper.unregister(self.pid)
+        if self.orphans is not None and self.pid is not None:
+            self.orphans.finished(self.pid)  # kills what daemonised and was adopted by us
         self._done.set_result(self._result())
 
     async def _await_group_gone(self) -> bool:
