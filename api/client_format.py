@@ -118,7 +118,8 @@ def run_card(data: dict[str, Any]) -> str:
         ]
         lines.append(table(["#", "WORKER", "STARTED", "SECONDS", "OUTCOME", "EXIT", "ERROR"], rows))
         last = history[-1]
-        for name in ("stdout_tail", "stderr_tail"):
-            if last.get(name):
-                lines += ["", f"{name.replace('_', ' ')} (attempt {last['attempt']}):", last[name]]
+        for stream in ("stdout", "stderr"):
+            if text := last.get(f"{stream}_tail"):
+                note = ", bytes not UTF-8 shown as \ufffd" if last.get(f"{stream}_replaced") else ""
+                lines += ["", f"{stream} tail (attempt {last['attempt']}{note}):", text]
     return "\n".join(lines)
