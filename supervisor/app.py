@@ -285,6 +285,16 @@ class Supervisor:
             "Lease renewal rounds that failed",
             lambda: [(heartbeater.failures, {})],
         )
+        m.counter(
+            "punchclock_completions_refused",
+            "Results the database refused as they were (recorded without output tails)",
+            lambda: [(executor.completer.refused, {})],
+        )
+        m.counter(
+            "punchclock_orphans_killed",
+            "Daemons left behind by handlers, adopted by this supervisor and killed",
+            lambda: [(self.orphans.killed, {})],
+        )
         return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:

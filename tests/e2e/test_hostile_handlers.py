@@ -4,13 +4,14 @@ The supervisor must survive each, record the true outcome, and leave no process 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 from supervisor.store import Store
 
 from ..helpers import wait_for
-from .procs import Cluster, watch
+from .procs import Cluster, free_port, scrape, watch
 from .scenario import all_in, attempts, create_runs, runs
 
 HOSTILE = {"hostile": "hostile"}
@@ -48,7 +49,8 @@ async def test_a_hundred_megabytes_of_output_keeps_only_the_tail(
 async def test_a_daemon_left_at_normal_exit_is_killed(
     cluster: Cluster, store: Store, tmp_path: Path
 ) -> None:
-    sup = await cluster.start_ready("a", HOSTILE)
+    port = free_port()
+    sup = await cluster.start_ready("a", HOSTILE, metrics_port=port)
     [run_id] = await create_runs(store, "hostile", 1, {"mode": "daemon", "dir": str(tmp_path)})
     await wait_for(lambda: all_in(store, [run_id], "succeeded"), 20, "the handler to exit 0")
     daemon = watch([int((tmp_path / f"{run_id}.daemon").read_text())])
@@ -57,6 +59,8 @@ async def test_a_daemon_left_at_normal_exit_is_killed(
     await wait_for(daemon[0].gone, 5, "the daemon to be killed")
     event = await sup.wait_event("orphan_killed", 5)
     assert event["pid"] == daemon[0].pid
+    metrics = await asyncio.to_thread(scrape, port)
+    assert metrics.get("punchclock_orphans_killed_total") == 1.0, metrics
     assert sup.stop() == 0, sup.tail()
 
 
