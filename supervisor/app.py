@@ -434,7 +434,7 @@ def _record_skipped(m: Metrics, rows: list[Any]) -> None:
 def _record_reaped(m: Metrics, rows: list[Any]) -> None:
     for r in rows:
         m.reaped.add(1)
-        attrs = {"job": r.get("job_name") or str(r["job_id"]), "type": r.get("type") or ""}
+        attrs = {"job": r["job_name"], "type": r["type"]}
         m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
         if r["status"] == "dead":
             m.runs_dead.add(1, attrs)

@@ -312,12 +312,15 @@ WITH expired AS (
         last_error = 'lease lost: ' || e.lease_owner || ' stopped renewing its lease'
     FROM expired e
     WHERE r.id = e.id
-    RETURNING r.id, r.job_id, r.attempts, r.status, e.lease_owner, r.last_error
+    RETURNING r.id, r.job_id, r.type, r.attempts, r.status, e.lease_owner, r.last_error
 ), att AS (
     UPDATE run_attempts a SET finished_at = now(), outcome = 'lease_lost', error = p.last_error
     FROM reaped p WHERE a.run_id = p.id AND a.attempt = p.attempts
 )
-SELECT id, job_id, attempts, status::text AS status, lease_owner FROM reaped;
+-- The job's name and type label the metrics exactly as the executor's results do.
+SELECT p.id, p.job_id, j.name AS job_name, p.type, p.attempts, p.status::text AS status,
+       p.lease_owner
+FROM reaped p JOIN jobs j ON j.id = p.job_id;
 
 -- ---------------------------------------------------------------- retention
 
