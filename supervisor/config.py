@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 DEFAULT_CONFIG_FILE = Path("/etc/punchclock/punchclock.toml")
 
@@ -175,7 +176,49 @@ def load(
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
     cfg = replace(Config(), **values)
     _validate(cfg)
+    if problems := dsn_problems(cfg.database_url, environ):
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
+
+
+# Session attributes that only ever choose a server that accepts writes.
+_WRITABLE_ATTRS = ("read-write", "primary")
+
+
+def split_hosts(dsn: str) -> list[str]:
+    """One DSN per host of a libpq multi-host URL, in order (credentials, database and query
+    kept); a single-host DSN comes back alone, unchanged."""
+    parts = urlsplit(dsn)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    hosts = hostlist.split(",")
+    if len(hosts) < 2:
+        return [dsn]
+    return [urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}")) for host in hosts]
+
+
+def dsn_problems(dsn: str, environ: dict[str, str] | None = None) -> list[str]:
+    """What is wrong with a (multi-host) database_url; never echoes the URL (it may hold a
+    password). Several hosts need target_session_attrs=read-write (or primary), else a
+    connection may land on a standby and every write fails."""
+    if not dsn:
+        return []
+    hosts = split_hosts(dsn)
+    problems = []
+    for i, one in enumerate(hosts):
+        try:
+            urlsplit(one).port  # noqa: B018 - raises on a malformed port
+        except ValueError:
+            problems.append(f"database_url: host {i + 1} has an invalid port")
+    if len(hosts) > 1:
+        env = os.environ if environ is None else environ
+        default = env.get("PGTARGETSESSIONATTRS", "any")
+        attrs = parse_qs(urlsplit(dsn).query).get("target_session_attrs", [default])[-1]
+        if attrs not in _WRITABLE_ATTRS:
+            problems.append(
+                "database_url: several hosts need ?target_session_attrs=read-write (or primary), "
+                f"not {attrs!r}: otherwise a connection may land on a standby"
+            )
+    return problems
 
 
 def settings_table() -> str:

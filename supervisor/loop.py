@@ -21,7 +21,13 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
+    # 57P01: the server is shutting down (a failover stops the old primary). asyncpg closes
+    # the connection; the pool replaces it on the next acquire, on whichever host is writable.
     asyncpg.AdminShutdownError,
+    # 25006: the server refuses writes (a standby, or a primary fenced read-only). Nothing was
+    # decided there; the store's pool drops its connections (store.create_pool) and the retry
+    # reconnects with target_session_attrs=read-write.
+    asyncpg.ReadOnlySQLTransactionError,
     asyncpg.CrashShutdownError,
     asyncpg.QueryCanceledError,
     # Reconnect storms after a restart can briefly exceed max_connections.

@@ -148,9 +148,17 @@ class LocalPostgres:
     the fast, non-durable settings.
     """
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, persistent: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        persistent: bool = True,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.persistent = persistent
+        self.settings = dict(settings or {})  # server settings over the defaults below
         self._wanted_port = port
         self._port: int | None = None
         self._password: str | None = None
@@ -223,6 +231,40 @@ class LocalPostgres:
         if self._lock_fd is not None:  # last: the lock says "a server may be running here"
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise PgServerError("the local PostgreSQL is not started")
+        return self._port
+
+    def make_standby(
+        self, data_dir: Path, *, settings: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> LocalPostgres:
+        """A streaming standby of this running cluster, returned unstarted: `pg_basebackup -R`
+        into `data_dir` (its primary_conninfo points here, application_name is the dir's
+        name, for synchronous_standby_names), with this cluster's password. For tests."""
+        deadline = time.monotonic() + timeout
+        standby = LocalPostgres(data_dir, persistent=self.persistent, settings=settings)
+        standby._user = self._user
+        target = standby.data_dir
+        target.mkdir(mode=0o700)  # pg_basebackup fills an empty dir the server user owns
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(target, entry.pw_uid, entry.pw_gid)
+        fd = os.open(standby._password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{self._password}\n")
+        conninfo = f"host=127.0.0.1 port={self.port} user={SUPERUSER} password={self._password}"
+        conninfo += f" application_name={target.name}"
+        argv = [str(find_bindir() / "pg_basebackup"), "-D", str(target), "-d", conninfo]
+        self._run([*argv, "-R", "-X", "stream", "-c", "fast"], deadline)
+        return standby
+
+    def promote(self, timeout: float = 60.0) -> None:
+        """End recovery (`pg_ctl promote -w`): a standby becomes a primary. For tests."""
+        argv = [str(find_bindir() / "pg_ctl"), "promote", "-D", str(self.data_dir), "-w"]
+        self._run([*argv, "-t", str(int(timeout))], time.monotonic() + timeout + 5)
 
     def _run(self, argv: list[str], deadline: float, stdin: str = "") -> None:
         timeout = max(deadline - time.monotonic(), 1.0)
@@ -333,6 +375,7 @@ class LocalPostgres:
     def _launch(self, bindir: Path, deadline: float) -> None:
         settings = {"listen_addresses": "127.0.0.1"}
         settings.update(_PERSISTENT if self.persistent else _THROWAWAY)
+        settings.update(self.settings)
         # The socket lives in the data dir (owned by the server user). A path that would pass
         # the 107-byte sun_path limit gets no unix socket at all: we only use TCP anyway.
         short = len(str(self.data_dir)) + len("/.s.PGSQL.65535") <= 107

@@ -199,7 +199,17 @@ class Cluster:
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         argv += extra_args
-        # Nothing from this test process's PUNCHCLOCK_* settings may leak into the supervisor.
+        return self._spawn(worker_id, argv, log_path)
+
+    def start_api(self, port: int, *, dsn: str | None = None) -> Supervisor:
+        """Start the API process on 127.0.0.1:`port` (no tokens: loopback only); its log and
+        its exit are handled like a supervisor's (worker id "api")."""
+        argv = [sys.executable, "-m", "supervisor", "api", "--database-url", dsn or self.dsn]
+        argv += ["--listen", f"127.0.0.1:{port}"]
+        return self._spawn("api", argv, self.tmp_path / "api.log")
+
+    def _spawn(self, worker_id: str, argv: list[str], log_path: Path) -> Supervisor:
+        # Nothing from this test process's PUNCHCLOCK_* settings may leak into the child.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

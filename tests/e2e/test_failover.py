@@ -1,0 +1,354 @@
+"""A database failover: a primary and a streaming standby (throwaway clusters on loopback),
+three supervisors and the API on the multi-host URL, the standby promoted mid-run.
+
+The switch, as an unplanned failover goes: promote the standby while the old primary is still
+up and reachable (the supervisors keep writing there), fence the old primary read-only
+(25006 for its sessions), then stop it (57P01). With synchronous replication the old primary
+cannot acknowledge a commit after the promotion, so no run is lost, doubled or overlapping.
+PUNCHCLOCK_FAILOVER_ASYNC=1 runs the same switch on asynchronous replication and prints what
+the old primary acknowledged that the new one never saw, and what punchclock then did
+(deploy/README.md, High availability, records the figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from supervisor import jobs
+from supervisor.migrator import migrate
+from supervisor.pgserver import SUPERUSER, LocalPostgres
+from supervisor.store import Store, connect, create_pool
+
+from ..helpers import job, wait_for
+from .procs import Cluster, Supervisor, free_port
+from .scenario import LIMITS, all_attempts, all_in, create_runs, read_lines
+
+ASYNC = os.environ.get("PUNCHCLOCK_FAILOVER_ASYNC") == "1"
+# Long against the switch (a few seconds): no lease may run out while the database moves.
+LEASE_TTL = 10.0
+WORKERS = ("s1", "s2", "s3")
+WINDOW = 2.0  # seconds the old primary stays up and reachable after the promotion
+STANDBY = "standby"  # the standby's application_name (pgserver: its data dir's name)
+
+
+@pytest.fixture
+def servers(request: pytest.FixtureRequest) -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """(primary, standby), both running; synchronous unless the test asks for "async"."""
+    sync = getattr(request, "param", "sync") == "sync"
+    # Short paths: each cluster keeps its unix socket in its data dir.
+    tmp = tempfile.mkdtemp(prefix="pcf-", dir="/tmp")
+    os.chmod(tmp, 0o755)  # the clusters may run as the `postgres` user (we may be root)
+    settings = {"synchronous_commit": "on", "wal_sender_timeout": "5s"}
+    primary = LocalPostgres(
+        Path(tmp) / "primary",
+        persistent=False,
+        settings={**settings, "synchronous_standby_names": STANDBY if sync else ""},
+    )
+    standby: LocalPostgres | None = None
+    try:
+        primary.start()
+        standby = primary.make_standby(Path(tmp) / STANDBY, settings=settings)
+        standby.start()
+        yield primary, standby
+    finally:
+        for server in (standby, primary):
+            if server is not None:
+                server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def multi_host(first: LocalPostgres, second: LocalPostgres) -> str:
+    password = first.dsn.split(":")[2].split("@")[0]
+    hosts = f"127.0.0.1:{first.port},127.0.0.1:{second.port}"
+    return f"postgresql://{SUPERUSER}:{password}@{hosts}/punchclock?target_session_attrs=read-write"
+
+
+async def test_failover_to_a_synchronous_standby_loses_and_doubles_nothing(
+    servers: tuple[LocalPostgres, LocalPostgres], tmp_path: Path
+) -> None:
+    primary, standby = servers
+    f = await _switch(primary, standby, tmp_path)
+    print("FAILOVER_FIGURES sync", json.dumps(f.figures))
+    # The old primary held back every commit after the promotion: nothing acknowledged there
+    # is missing here.
+    assert f.figures["sync_waiters_on_old_primary"] > 0
+    assert (f.figures["claims_lost"], f.figures["completions_lost"]) == (0, 0)
+    executed = Counter(line["run_id"] for line in f.lines)
+    assert sorted(executed) == sorted(f.run_ids), "every run executed"
+    assert [r for r, n in executed.items() if n > 1] == [], "no run executed twice"
+    # One claim, one execution, one recorded success per run; no lease ran out.
+    assert [(a["attempt"], a["outcome"]) for a in f.history] == [(1, "succeeded")] * len(f.run_ids)
+    tokens = {a["run_id"]: a["lease_token"] for a in f.history}
+    assert all(line["lease_token"] == tokens[line["run_id"]] for line in f.lines)
+    assert f.figures["cron_instants_missing"] == 0
+    assert f.figures["cron_runs_not_run_once"] == 0
+    for s in f.supervisors:
+        for bad in ("run_lease_lost", "run_self_fenced", "run_late_result_rejected"):
+            assert s.events(bad) == [], f"{s.worker_id}: {bad}\n{s.tail()}"
+
+
+@pytest.mark.skipif(not ASYNC, reason="a measurement: PUNCHCLOCK_FAILOVER_ASYNC=1")
+@pytest.mark.parametrize("servers", ["async"], indirect=True)
+async def test_failover_to_an_asynchronous_standby_reruns_what_it_lost(
+    servers: tuple[LocalPostgres, LocalPostgres], tmp_path: Path
+) -> None:
+    primary, standby = servers
+    f = await _switch(primary, standby, tmp_path)
+    executed = Counter(line["run_id"] for line in f.lines)
+    doubled = sorted(r for r, n in executed.items() if n > 1)
+    f.figures.update(
+        runs_executed_twice=len(doubled),
+        overlapping_executions=_overlaps(f.lines),
+        runs_with_a_second_attempt=len({a["run_id"] for a in f.history if a["attempt"] > 1}),
+    )
+    print("FAILOVER_FIGURES async", json.dumps(f.figures))
+    # What was lost runs again: every run ends succeeded, exactly one success recorded.
+    assert sorted(executed) == sorted(f.run_ids)
+    assert Counter(a["run_id"] for a in f.history if a["outcome"] == "succeeded") == Counter(
+        f.run_ids
+    )
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.figures: dict[str, Any] = {}
+        self.run_ids: list[int] = []
+        self.lines: list[dict[str, int]] = []
+        self.history: list[asyncpg.Record] = []
+        self.supervisors: list[Supervisor] = []
+
+
+async def _switch(primary: LocalPostgres, standby: LocalPostgres, tmp_path: Path) -> Outcome:
+    conn = await connect(primary.dsn)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    url = multi_host(primary, standby)  # the old primary first, as users list it
+    pool = await create_pool(url, min_size=1, max_size=4)  # the test's own, same code
+    cluster = Cluster(tmp_path, url)
+    try:
+        return await _run(Store(pool), cluster, primary, standby, tmp_path)
+    finally:
+        cluster.stop_all()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pool.close(), 10)
+
+
+async def _run(
+    store: Store, cluster: Cluster, primary: LocalPostgres, standby: LocalPostgres, tmp: Path
+) -> Outcome:
+    f = Outcome()
+    sups = [
+        cluster.start(w, ["append"], concurrency=8, lease_ttl=LEASE_TTL, drain_timeout=10)
+        for w in WORKERS
+    ]
+    api_port = free_port()
+    api = cluster.start_api(api_port)
+    for s in [*sups, api]:
+        await s.wait_event("api_listening" if s is api else "supervisor_started", timeout=30)
+    out, cron_out = tmp / "out.csv", tmp / "cron.csv"
+    cron = await jobs.create_job(
+        store, job("tick", "append", cron="* * * * * *", payload={"out": str(cron_out)}), LIMITS
+    )
+    ids = await create_runs(store, "append", 60, {"out": str(out), "sleep": 1.5})
+    # Mid-run: some results recorded, many children running.
+    await wait_for(lambda: len(read_lines(out)) >= 10, 30, "the first results")
+
+    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}"))
+    old = await asyncpg.connect(primary.dsn)  # the old primary, directly
+    try:
+        promoted_at = time.time()
+        await asyncio.to_thread(standby.promote)
+        # The supervisors still write to the old primary, for as long as a failure detector
+        # might take. Synchronous: its commits wait for a standby that is gone. Asynchronous:
+        # it acknowledges them, and the new primary never sees them.
+        await asyncio.sleep(WINDOW)  # the fault's duration, not a synchronisation
+        row = await old.fetchrow(
+            "SELECT (SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep')::int,"
+            " (SELECT count(*) FROM run_attempts WHERE finished_at > to_timestamp($1))::int",
+            promoted_at,
+        )
+        assert row is not None
+        f.figures["sync_waiters_on_old_primary"] = row[0]
+        f.figures["old_primary_completions_after_promotion"] = row[1]
+        # Fence it, as a switchover tool does: its sessions now get 25006.
+        await old.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        await old.fetchval("SELECT pg_reload_conf()")
+        fenced_at = time.time()
+
+        def read_only_seen() -> bool:
+            return any(s.events("db_read_only") for s in sups)
+
+        await wait_for(read_only_seen, 15, "a supervisor to drop a read-only connection")
+    finally:
+        await old.close()
+    await asyncio.to_thread(primary.stop)  # 57P01 for every session left there
+    stopped_at = time.time()
+
+    api_ids = await _create_via_api(f"http://127.0.0.1:{api_port}", out, 10)
+    f.run_ids = ids + api_ids
+    await wait_for(lambda: all_in(store, f.run_ids, "succeeded"), 60, "every run to succeed")
+    cron_until = datetime.fromtimestamp(stopped_at + 3, UTC)
+    await wait_for(lambda: _cron_done(store, cron["id"], cron_until), 30, "cron to catch up")
+    api_statuses = await _stop(probe)
+
+    # LISTEN re-armed on the new primary by every supervisor; all of them still serve.
+    for s in sups:
+        assert s.running, s.tail()
+        assert s.events("listener_connected", port=standby.port), s.tail()
+    assert api.running, api.tail()
+    f.supervisors = sups
+    f.lines = read_lines(out)
+    f.history = list(await all_attempts(store, f.run_ids))
+    everything = await store._ex.fetch("SELECT *, outcome::text AS outcome FROM run_attempts")
+    f.figures.update(_lost(sups, list(everything)))
+    finished = sorted(a["finished_at"].timestamp() for a in f.history if a["finished_at"])
+    f.figures.update(
+        runs=len(f.run_ids),
+        promote_to_first_completion_s=_first_after(finished, promoted_at),
+        fence_to_first_completion_s=_first_after(finished, fenced_at),
+        stop_to_first_completion_s=_first_after(finished, stopped_at),
+        longest_completion_gap_s=round(max(b - a for a, b in itertools.pairwise(finished)), 3),
+        api_non_2xx=dict(Counter(s for _, s in api_statuses if s >= 300 or s < 200)),
+        api_unavailable_s=_unavailable(api_statuses),
+        **await _cron_figures(store, cron["id"], cron_out, cron_until),
+    )
+    return f
+
+
+def _lost(sups: list[Supervisor], history: list[asyncpg.Record]) -> dict[str, int]:
+    """Claims and completions the supervisors were told of (run_started, run_succeeded)
+    that the new primary lacks: what the old primary acknowledged and took with it."""
+    started = Counter(
+        (e["run_id"], e["attempt"], e["worker_id"]) for s in sups for e in s.events("run_started")
+    )
+    succeeded = Counter(
+        (e["run_id"], e["attempt"], e["worker_id"]) for s in sups for e in s.events("run_succeeded")
+    )
+    rows = Counter((a["run_id"], a["attempt"], a["worker_id"]) for a in history)
+    done = Counter(
+        (a["run_id"], a["attempt"], a["worker_id"]) for a in history if a["outcome"] == "succeeded"
+    )
+    return {
+        "claims_lost": sum((started - rows).values()),
+        "completions_lost": sum((succeeded - done).values()),
+    }
+
+
+async def _probe_api(base: str) -> list[tuple[float, int]]:
+    """GET /v1/runs every 50 ms until cancelled: (time, status; 0 when no answer)."""
+    seen: list[tuple[float, int]] = []
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        while True:
+            try:
+                async with http.get(f"{base}/v1/runs?limit=1") as resp:
+                    await resp.read()
+                    seen.append((time.time(), resp.status))
+            except (aiohttp.ClientError, TimeoutError):
+                seen.append((time.time(), 0))
+            try:
+                await asyncio.sleep(0.05)  # the probe's cadence, not a synchronisation
+            except asyncio.CancelledError:
+                return seen
+
+
+async def _stop(probe: asyncio.Task[list[tuple[float, int]]]) -> list[tuple[float, int]]:
+    probe.cancel()
+    return await probe
+
+
+async def _create_via_api(base: str, out: Path, n: int) -> list[int]:
+    """n one-off jobs through the API, each retried until it answers (bounded)."""
+    run_ids = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        for i in range(n):
+            body = {
+                "name": f"via-api-{i}",
+                "type": "append",
+                "run_at": (datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
+                "payload": {"out": str(out)},
+            }
+
+            async def created(body: dict[str, Any] = body) -> int | None:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.post(f"{base}/v1/jobs", json=body) as resp:
+                        if resp.status == 201:
+                            return int((await resp.json())["id"])
+                return None
+
+            job_id = await wait_for(created, 30, f"the API to create job {i}")
+            async with http.get(f"{base}/v1/runs?job_id={job_id}") as resp:
+                assert resp.status == 200, await resp.text()
+                items = (await resp.json())["runs"]
+            assert len(items) == 1, items
+            run_ids.append(int(items[0]["id"]))
+    return run_ids
+
+
+async def _cron_done(store: Store, job_id: int, until: datetime) -> bool:
+    return bool(
+        await store._ex.fetchval(
+            "SELECT count(*) > 0 AND bool_and(status = 'succeeded') FROM runs"
+            " WHERE job_id = $1 AND scheduled_at <= $2",
+            job_id,
+            until,
+        )
+    )
+
+
+async def _cron_figures(store: Store, job_id: int, out: Path, until: datetime) -> dict[str, int]:
+    """Every planned second up to `until` is one run, and each ran exactly once."""
+    rows = await store._ex.fetch(
+        "SELECT id, scheduled_at FROM runs WHERE job_id = $1 AND scheduled_at <= $2"
+        " ORDER BY scheduled_at",
+        job_id,
+        until,
+    )
+    instants = [r["scheduled_at"] for r in rows]
+    span = int((instants[-1] - instants[0]).total_seconds()) + 1
+    executed = Counter(line["run_id"] for line in read_lines(out))
+    return {
+        "cron_instants": len(instants),
+        "cron_instants_missing": span - len(set(instants)),
+        "cron_runs_not_run_once": sum(1 for r in rows if executed[r["id"]] != 1),
+    }
+
+
+def _first_after(stamps: list[float], since: float) -> float | None:
+    later = [t for t in stamps if t > since]
+    return round(later[0] - since, 3) if later else None
+
+
+def _unavailable(statuses: list[tuple[float, int]]) -> float:
+    bad = [t for t, s in statuses if not 200 <= s < 300]
+    return round(bad[-1] - bad[0], 3) if bad else 0.0
+
+
+def _overlaps(lines: list[dict[str, int]]) -> int:
+    """Pairs of completed executions of one run whose [start, end] intersect."""
+    by_run: dict[int, list[tuple[int, int]]] = {}
+    for line in lines:
+        by_run.setdefault(line["run_id"], []).append((line["start_ns"], line["end_ns"]))
+    count = 0
+    for spans in by_run.values():
+        spans.sort()
+        count += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+    return count
