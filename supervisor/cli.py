@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -299,15 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     from api.client import register_client_commands  # stdlib only: cheap to import
 
     register_client_commands(sub)
-
-    for extra in _EXTRA_COMMANDS:
-        extra(sub)
     return parser
-
-
-# Later modules (api, client, up) register their subcommands here without cli importing them
-# at module import time.
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Runs claimed runs as child processes and reports their results, fenced by the lease.
 
 Owns the in-flight table (run id -> lease token, child, local lease deadline). The
-heartbeater renews what `leases()` lists and calls `renewed()`/`lost()`; the fence watch
+heartbeater renews what `leases()` lists and calls `renewed()`; the fence watch
 kills a child whose lease may expire before a renewal could succeed (self-fencing).
 Every finished child yields exactly one fenced completion, recorded in batches by its
 Completer; the database decides whether it is still ours (recorded) or late (dropped and
@@ -71,16 +71,6 @@ class InFlight:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-@dataclass
-class Counters:
-    succeeded: int = 0
-    failed: int = 0
-    dead: int = 0
-    late_results: int = 0
-    self_fenced: int = 0
-    lease_lost: int = 0
-
-
 class Executor:
     def __init__(
         self,
@@ -112,7 +102,6 @@ class Executor:
         # Runs whose child is starting or running: what `concurrency` limits. The in-flight
         # table also holds runs whose result is being recorded (their leases still renew).
         self.running = 0
-        self.counters = Counters()
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
         self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
 
@@ -139,7 +128,6 @@ class Executor:
                         )
             elif not entry.lost and not entry.completing:
                 entry.lost = True
-                self.counters.lease_lost += 1
                 self._event("lease_lost", entry, reason="the run is no longer ours")
                 self._kill(entry, "lease lost", grace=0)
 
@@ -151,7 +139,6 @@ class Executor:
             remaining = entry.valid_until - now
             if remaining < margin and not (entry.fenced or entry.lost or entry.completing):
                 entry.fenced = True
-                self.counters.self_fenced += 1
                 self._event("self_fenced", entry, remaining_seconds=round(remaining, 3))
                 self._kill(entry, "self-fenced: could not renew the lease", grace=remaining / 2)
 
@@ -299,16 +286,13 @@ class Executor:
             self._event("result_unrecorded", entry, outcome=result.outcome, duration=duration)
             return
         if not recorded:
-            self.counters.late_results += 1
             self._event(
                 "late_result_rejected", entry, outcome=completion_outcome, duration=duration
             )
             return
         if status == "succeeded":
-            self.counters.succeeded += 1
             self._event("succeeded", entry, duration=duration)
             return
-        self.counters.failed += 1
         fields = {
             "error": result.error,
             "exit_code": result.exit_code,
@@ -317,7 +301,6 @@ class Executor:
         }
         self._event("timed_out" if result.outcome == "timed_out" else "failed", entry, **fields)
         if status == "dead":
-            self.counters.dead += 1
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:
             self._event("retry_scheduled", entry, retry_in=retry_in)

@@ -35,7 +35,6 @@ class Heartbeater(Loop):
         self.leases = leases
         self.renewed = renewed
         self.running = running
-        self.renewals = 0
         self.failures = 0
 
     async def run_once(self) -> float | None:
@@ -48,7 +47,6 @@ class Heartbeater(Loop):
                 ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
             # Apply the renewal before anything else can fail: a lost worker touch must not
             # throw away leases the database just extended (the fence would act on stale ones).
-            self.renewals += len(ok)
             self.renewed(leases, ok, sent_at)
             await self.store.touch_worker(self.owner, self.running())
         except Exception:
