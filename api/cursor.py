@@ -43,6 +43,7 @@ def decode(token: str, fhash: str, field: str = "cursor") -> list[Any]:
         raise bad from None
     if (
         not isinstance(data, dict)
+        or set(data) != {"v", "k", "f"}
         or data.get("v") != VERSION
         or not isinstance(data.get("k"), list)
     ):

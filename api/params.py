@@ -63,10 +63,11 @@ class Query:
         value = self._raw(name)
         if value is None:
             return default
-        if not (value.isascii() and value.isdigit()) or not lo <= int(value) <= hi:
+        number = _digits(value)
+        if number is None or not lo <= number <= hi:
             self.errors.append(InvalidSpec(name, f"must be a whole number from {lo} to {hi}"))
             return default
-        return int(value)
+        return number
 
     def boolean(self, name: str) -> bool | None:
         value = self._raw(name)
@@ -121,15 +122,25 @@ def _fromisoformat(value: str) -> datetime:
         raise
 
 
+def _digits(value: str) -> int | None:
+    """ASCII digits as an int; None otherwise, or when longer than any bigint (int() refuses
+    strings over 4300 digits with a ValueError)."""
+    if not (value.isascii() and value.isdigit()):
+        return None
+    value = value.lstrip("0") or "0"
+    return int(value) if len(value) <= 20 else None
+
+
 def no_query(request: web.Request) -> None:
     Query(request, set()).done()
 
 
 def path_id(request: web.Request, what: str) -> int:
     """The {id} of the path; ids outside bigint cannot exist, so they are not found."""
-    value = int(request.match_info["id"])
-    if not 1 <= value <= MAX_ID:
-        raise ApiError(404, f"{what} {value} not found")
+    raw = request.match_info["id"]
+    value = _digits(raw)
+    if value is None or not 1 <= value <= MAX_ID:
+        raise ApiError(404, f"{what} {raw[:30]} not found")
     return value
 
 
