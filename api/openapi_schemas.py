@@ -64,11 +64,29 @@ JOB_FIELDS: J = {
     "name": {"type": "string", "pattern": NAME},
     "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
     "payload": PAYLOAD,
-    "cron": null({"type": "string", "description": "5 fields, or 6 with seconds first"}),
+    "cron": null(
+        {
+            "type": "string",
+            "description": "5 fields, or 6 with seconds first; null only together with run_at",
+        }
+    ),
     "timezone": {"type": "string", "description": "IANA zone of the cron expression"},
-    "run_at": null({**TIME, "description": "a one-off instant (with an offset)"}),
+    "run_at": null(
+        {
+            **TIME,
+            "description": "a one-off instant (with an offset, 0001-01-02 to 9999-12-30 UTC);"
+            " null only together with cron",
+        }
+    ),
     "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
-    "timeout_seconds": null({"type": "number", "minimum": 1, "maximum": 604800}),
+    "timeout_seconds": null(
+        {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 604800,
+            "description": "null: none of the job's own (the handler's, else 1 hour)",
+        }
+    ),
     "retry": RETRY,
     "catchup": enum(Catchup),
     "catchup_window_seconds": {"type": "number", "minimum": 0, "maximum": 2592000},
@@ -195,7 +213,12 @@ PROBLEM = obj(
 SCHEMAS: J = {
     "Problem": PROBLEM,
     "JobCreate": obj(JOB_FIELDS, required=["name", "type"]),
-    "JobPatch": obj(JOB_FIELDS, required=[]),
+    "JobPatch": {
+        **obj(JOB_FIELDS, required=[]),
+        "description": "Only the fields given change. null means no value, so it is accepted"
+        " only where a job can have none: timeout_seconds, and cron or run_at while giving the"
+        " other (which switches the schedule); any other null is a 422 naming the field.",
+    },
     "Job": JOB,
     "JobDetail": JOB_DETAIL,
     "Instant": INSTANT,

@@ -137,9 +137,9 @@ def _valid_listen(value: str) -> bool:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
     """HOST:PORT, or :PORT / PORT for loopback: nothing listens beyond the host unless the
     operator names an address (0.0.0.0:9464 for every interface)."""
+    host, _, port = value.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
