@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from supervisor import lease
 from supervisor.loop import Loop
 from supervisor.store import Store
 
@@ -28,7 +29,7 @@ class Heartbeater(Loop):
         renewed: Callable[[list[tuple[int, int]], set[int], float], None],
         running: Callable[[], int],
     ) -> None:
-        super().__init__(lease_ttl / 3, jitter=0.05, max_backoff=lease_ttl / 8)
+        super().__init__(lease_ttl * lease.RENEW, jitter=0.05, max_backoff=lease_ttl / 8)
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
@@ -43,7 +44,7 @@ class Heartbeater(Loop):
         try:
             # One stalled connection must not hold every lease hostage until the fence kills
             # all children: give up after one heartbeat interval and retry on another.
-            async with asyncio.timeout(self.lease_ttl / 3):
+            async with asyncio.timeout(self.lease_ttl * lease.RENEW):
                 ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
             # Apply the renewal before anything else can fail: a lost worker touch must not
             # throw away leases the database just extended (the fence would act on stale ones).

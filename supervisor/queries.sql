@@ -349,9 +349,7 @@ DELETE FROM runs r USING doomed WHERE r.id = doomed.id;
 SELECT r.id, r.job_id, j.name AS job_name, r.type, r.run_after, r.scheduled_at,
        EXTRACT(EPOCH FROM (now() - r.run_after))::float8 AS late_seconds,
        EXISTS (SELECT 1 FROM workers w
-               WHERE w.stopped_at IS NULL
-                 AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)
-                 AND r.type = ANY(w.types)) AS offered
+               WHERE worker_is_live(w) AND r.type = ANY(w.types)) AS offered
 FROM runs r JOIN jobs j ON j.id = r.job_id
 WHERE r.status IN ('scheduled', 'failed')
   AND r.run_after < now() - make_interval(secs => $1::float8)
@@ -371,11 +369,9 @@ SELECT
        FROM runs r JOIN jobs j ON j.id = r.job_id
       WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
         AND NOT j.paused AND j.deleted_at IS NULL) AS oldest_due_age,
-    (SELECT count(*) FROM workers w WHERE w.stopped_at IS NULL
-        AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)) AS live_workers,
+    (SELECT count(*) FROM workers w WHERE worker_is_live(w)) AS live_workers,
     (SELECT count(*) FROM jobs j WHERE NOT j.paused AND j.deleted_at IS NULL
-        AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.stopped_at IS NULL
-            AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)
+        AND NOT EXISTS (SELECT 1 FROM workers w WHERE worker_is_live(w)
             AND j.type = ANY(w.types))) AS unserved_jobs,
     (SELECT count(*) FROM jobs WHERE NOT paused AND deleted_at IS NULL
         AND plan_after <= now() - interval '1 minute') AS jobs_behind;
@@ -420,9 +416,7 @@ SELECT id FROM jobs WHERE name = $1::text ORDER BY id;
 
 -- name: type_has_live_worker
 SELECT EXISTS (
-    SELECT 1 FROM workers
-    WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 2 * lease_ttl)
-      AND $1::text = ANY (types));
+    SELECT 1 FROM workers w WHERE worker_is_live(w) AND $1::text = ANY (w.types));
 
 -- name: replan_one_off
 -- A one-off job whose time changed: its unstarted run belongs to the old time, and the
@@ -567,11 +561,8 @@ SELECT id FROM revoked;
 
 -- name: list_workers
 -- Live workers and those seen within the last $1 seconds, live first.
-SELECT w.*,
-       (w.stopped_at IS NULL
-        AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl)) AS live
+SELECT w.*, worker_is_live(w) AS live
 FROM workers w
-WHERE w.last_seen_at > now() - make_interval(secs => $1::float8)
-   OR (w.stopped_at IS NULL AND w.last_seen_at > now() - make_interval(secs => 2 * w.lease_ttl))
+WHERE w.last_seen_at > now() - make_interval(secs => $1::float8) OR worker_is_live(w)
 ORDER BY live DESC, w.last_seen_at DESC, w.id
 LIMIT $2::int;
