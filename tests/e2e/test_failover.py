@@ -114,7 +114,8 @@ async def test_failover_to_an_asynchronous_standby_reruns_what_it_lost(
     doubled = sorted(r for r, n in executed.items() if n > 1)
     f.figures.update(
         runs_executed_twice=len(doubled),
-        overlapping_executions=_overlaps(f.lines),
+        overlapping_executions=_overlaps(f.lines)[0],
+        longest_overlap_s=_overlaps(f.lines)[1],
         runs_with_a_second_attempt=len({a["run_id"] for a in f.history if a["attempt"] > 1}),
     )
     print("FAILOVER_FIGURES async", json.dumps(f.figures))
@@ -171,7 +172,12 @@ async def _run(
     # Mid-run: some results recorded, many children running.
     await wait_for(lambda: len(read_lines(out)) >= 10, 30, "the first results")
 
-    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}"))
+    parked = await jobs.create_job(
+        store,
+        job("parked", "append", cron=None, run_at=datetime.now(UTC) + timedelta(days=1)),
+        LIMITS,
+    )
+    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}", parked["id"]))
     old = await asyncpg.connect(primary.dsn)  # the old primary, directly
     try:
         promoted_at = time.time()
@@ -208,6 +214,8 @@ async def _run(
     cron_until = datetime.fromtimestamp(stopped_at + 3, UTC)
     await wait_for(lambda: _cron_done(store, cron["id"], cron_until), 30, "cron to catch up")
     api_statuses = await _stop(probe)
+    # The API serves reads and writes again on the new primary.
+    assert [s for _, s in api_statuses[-10:]] == [200] * 10, api_statuses[-10:]
 
     # LISTEN re-armed on the new primary by every supervisor; all of them still serve.
     for s in sups:
@@ -222,12 +230,11 @@ async def _run(
     finished = sorted(a["finished_at"].timestamp() for a in f.history if a["finished_at"])
     f.figures.update(
         runs=len(f.run_ids),
-        promote_to_first_completion_s=_first_after(finished, promoted_at),
         fence_to_first_completion_s=_first_after(finished, fenced_at),
         stop_to_first_completion_s=_first_after(finished, stopped_at),
         longest_completion_gap_s=round(max(b - a for a, b in itertools.pairwise(finished)), 3),
         api_non_2xx=dict(Counter(s for _, s in api_statuses if s >= 300 or s < 200)),
-        api_unavailable_s=_unavailable(api_statuses),
+        api_longest_wait_s=_longest_wait(api_statuses),
         **await _cron_figures(store, cron["id"], cron_out, cron_until),
     )
     return f
@@ -252,14 +259,19 @@ def _lost(sups: list[Supervisor], history: list[asyncpg.Record]) -> dict[str, in
     }
 
 
-async def _probe_api(base: str) -> list[tuple[float, int]]:
-    """GET /v1/runs every 50 ms until cancelled: (time, status; 0 when no answer)."""
+async def _probe_api(base: str, job_id: int) -> list[tuple[float, int]]:
+    """A read (GET /v1/runs) and a write (PATCH a parked job) every 50 ms until cancelled:
+    (time, status; 0 when no answer)."""
     seen: list[tuple[float, int]] = []
     timeout = aiohttp.ClientTimeout(total=5)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        while True:
+        for n in itertools.count():
             try:
-                async with http.get(f"{base}/v1/runs?limit=1") as resp:
+                if n % 2:
+                    request = http.patch(f"{base}/v1/jobs/{job_id}", json={"payload": {"n": n}})
+                else:
+                    request = http.get(f"{base}/v1/runs?limit=1")
+                async with request as resp:
                     await resp.read()
                     seen.append((time.time(), resp.status))
             except (aiohttp.ClientError, TimeoutError):
@@ -267,7 +279,8 @@ async def _probe_api(base: str) -> list[tuple[float, int]]:
             try:
                 await asyncio.sleep(0.05)  # the probe's cadence, not a synchronisation
             except asyncio.CancelledError:
-                return seen
+                break
+    return seen
 
 
 async def _stop(probe: asyncio.Task[list[tuple[float, int]]]) -> list[tuple[float, int]]:
@@ -337,18 +350,20 @@ def _first_after(stamps: list[float], since: float) -> float | None:
     return round(later[0] - since, 3) if later else None
 
 
-def _unavailable(statuses: list[tuple[float, int]]) -> float:
-    bad = [t for t, s in statuses if not 200 <= s < 300]
-    return round(bad[-1] - bad[0], 3) if bad else 0.0
+def _longest_wait(statuses: list[tuple[float, int]]) -> float:
+    """The longest time between two successive 2xx answers."""
+    ok = [t for t, s in statuses if 200 <= s < 300]
+    return round(max(b - a for a, b in itertools.pairwise(ok)), 3) if len(ok) > 1 else 0.0
 
 
-def _overlaps(lines: list[dict[str, int]]) -> int:
-    """Pairs of completed executions of one run whose [start, end] intersect."""
+def _overlaps(lines: list[dict[str, int]]) -> tuple[int, float]:
+    """Pairs of completed executions of one run whose spans intersect, and the longest
+    intersection (seconds)."""
     by_run: dict[int, list[tuple[int, int]]] = {}
     for line in lines:
         by_run.setdefault(line["run_id"], []).append((line["start_ns"], line["end_ns"]))
-    count = 0
+    overlaps = []
     for spans in by_run.values():
         spans.sort()
-        count += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
-    return count
+        overlaps += [min(a[1], b[1]) - b[0] for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    return len(overlaps), round(max(overlaps, default=0) / 1e9, 3)
