@@ -295,6 +295,11 @@ class Supervisor:
             "Daemons left behind by handlers, adopted by this supervisor and killed",
             lambda: [(self.orphans.killed, {})],
         )
+        m.counter(
+            "punchclock_plan_failures",
+            "Planning passes that skipped a job this host cannot plan (see /readyz)",
+            lambda: [(planner.plan_failures, {})],
+        )
         return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
@@ -334,7 +339,9 @@ class Supervisor:
         side_door = None
         if cfg.metrics_listen:
             host, port = parse_listen(cfg.metrics_listen)
-            routes = health_routes(pool, cfg.ready_max_lag, metrics)
+            routes = health_routes(
+                pool, cfg.ready_max_lag, metrics, local_details=sv.planner.details
+            )
             side_door = await start_side_door(host, port, routes)
         notifier = Notifier()
         notifier.ready(f"supervising {', '.join(types) or 'nothing'}")

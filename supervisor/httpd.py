@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 from aiohttp import web
@@ -16,10 +17,12 @@ def health_routes(
     max_lag: float,
     metrics: Metrics,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
+    local_details: Callable[[], dict[str, Any]] | None = None,
 ) -> list[web.RouteDef]:
     """/healthz, /readyz and /metrics, shared by the supervisor's side door and the API.
 
-    `before_scrape` refreshes what the gauges read (the API's database snapshot).
+    `before_scrape` refreshes what the gauges read (the API's database snapshot);
+    `local_details` adds what only this process knows to /readyz (jobs it cannot plan).
     """
 
     async def healthz(_: web.Request) -> web.Response:
@@ -27,6 +30,8 @@ def health_routes(
 
     async def readyz(_: web.Request) -> web.Response:
         ok, body = await readiness(pool, max_lag)
+        if local_details is not None:
+            body.update(local_details())
         return web.json_response(body, status=200 if ok else 503)
 
     async def metrics_(_: web.Request) -> web.Response:

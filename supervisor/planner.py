@@ -6,12 +6,14 @@ several planners split it with SKIP LOCKED. Inserting is idempotent (unique job+
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from supervisor.log import log_event
 from supervisor.loop import Loop
-from supervisor.planning import PlanLimits, plan_jobs
+from supervisor.planning import PLAN_RETRY, PlanFailure, PlanLimits, plan_jobs
 from supervisor.store import Store
 
 
@@ -32,18 +34,47 @@ class Planner(Loop):
         self.limits = limits or PlanLimits()
         self.batch = batch
         self.on_planned = on_planned
+        # Jobs this host could not plan, by id, until one of its passes plans them again.
+        self.unplannable: dict[int, PlanFailure] = {}
+        self.plan_failures = 0
+
+    def details(self) -> dict[str, Any]:
+        """For /readyz: the jobs this host could not plan on its last pass over them."""
+        if not self.unplannable:
+            return {}
+        return {
+            "unplannable_jobs": [
+                {"job_id": f.job_id, "job_name": f.job_name, "error": f.error}
+                for f in self.unplannable.values()
+            ]
+        }
 
     async def run_once(self) -> float | None:
         """Plan every job that is due for planning, a batch per transaction."""
         while not self.stopping:
             started = time.perf_counter()
+            failures: list[PlanFailure] = []
             async with self.store.transaction() as tx:
                 jobs = await tx.pick_jobs_to_plan(self.batch)
                 if not jobs:
                     return None
-                inserted = await plan_jobs(tx, jobs, jobs[0]["db_now"], self.limits)
+                inserted = await plan_jobs(tx, jobs, jobs[0]["db_now"], self.limits, failures)
                 if inserted:
                     await tx.notify_wake()
+            for job in jobs:
+                self.unplannable.pop(job["id"], None)
+            for f in failures:
+                self.unplannable[f.job_id] = f
+                self.plan_failures += 1
+                log_event(
+                    self.log,
+                    "plan_failed",
+                    level=logging.ERROR,
+                    job_id=f.job_id,
+                    job_name=f.job_name,
+                    error=f.error,
+                    retry_in=PLAN_RETRY.total_seconds(),
+                )
             elapsed = time.perf_counter() - started
             if self.on_planned:
                 self.on_planned(inserted, elapsed)

@@ -41,6 +41,18 @@ def schedule_of(job: Any) -> CronSchedule | OneOffSchedule:
     return OneOffSchedule(job["run_at"])
 
 
+# A job this host cannot plan (a zone its tzdata lacks, a cron its croniter rejects) is
+# skipped and tried again after this long, here or on a host that can plan it.
+PLAN_RETRY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class PlanFailure:
+    job_id: int
+    job_name: str
+    error: str
+
+
 @dataclass(frozen=True)
 class JobPlan:
     rows: list[PlannedRow]
@@ -96,14 +108,31 @@ def plan_job(job: Any, db_now: datetime, limits: PlanLimits) -> JobPlan:
     return JobPlan([row(t) for t in times], until, plan_after)
 
 
-async def plan_jobs(tx: Store, jobs: list[Any], db_now: datetime, limits: PlanLimits) -> int:
-    """Insert the runs of already locked jobs and move their marks; returns rows inserted."""
+async def plan_jobs(
+    tx: Store,
+    jobs: list[Any],
+    db_now: datetime,
+    limits: PlanLimits,
+    failures: list[PlanFailure] | None = None,
+) -> int:
+    """Insert the runs of already locked jobs and move their marks; returns rows inserted.
+
+    With `failures`, a job that cannot be planned here is listed there and retried after
+    PLAN_RETRY instead of failing the batch: one bad job never stops a planner.
+    """
     rows: list[PlannedRow] = []
-    marks: list[tuple[int, datetime, datetime]] = []
+    marks: list[tuple[int, datetime | None, datetime]] = []
     for i, job in enumerate(jobs):
         if i and i % YIELD_EVERY == 0:
             await asyncio.sleep(0)
-        plan = plan_job(job, db_now, limits)
+        try:
+            plan = plan_job(job, db_now, limits)
+        except Exception as exc:
+            if failures is None:
+                raise
+            failures.append(PlanFailure(job["id"], job["name"], f"{type(exc).__name__}: {exc}"))
+            marks.append((job["id"], job["planned_until"], db_now + PLAN_RETRY))
+            continue
         rows.extend(plan.rows)
         marks.append((job["id"], plan.planned_until, plan.plan_after))
     inserted = await tx.insert_planned_runs(rows)

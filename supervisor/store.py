@@ -255,7 +255,7 @@ class Store:
         cols = list(zip(*rows, strict=True))
         return _rowcount(await self._execute("insert_planned_runs", *cols))
 
-    async def set_plan_marks(self, marks: Sequence[tuple[int, datetime, datetime]]) -> None:
+    async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:
             await self._execute("set_plan_marks", *zip(*marks, strict=True))
 

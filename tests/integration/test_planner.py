@@ -240,3 +240,37 @@ async def test_manual_runs_are_never_skipped_as_missed(store: Store) -> None:
     )
     claimed = await _claim_all(store)
     assert created and [(r["id"], r["trigger"]) for r in claimed] == [(run_id, "manual")]
+
+
+async def test_a_job_this_host_cannot_plan_is_skipped_not_fatal(store: Store) -> None:
+    good = await jobs.create_job(store, job("good", cron="0 * * * *"), LIMITS)
+    bad = await jobs.create_job(store, job("bad-zone", cron="0 * * * *"), LIMITS)
+    # As on a host whose tzdata lacks a zone the API host accepted: make both due again.
+    await store._ex.execute(
+        "UPDATE jobs SET timezone = CASE WHEN id = $1 THEN 'Mars/Olympus_Mons' ELSE timezone END,"
+        " planned_until = NULL, plan_after = now() - interval '1 second'",
+        bad["id"],
+    )
+    await store._ex.execute("DELETE FROM runs")
+    planner = Planner(store, LIMITS)
+    assert await planner.run_once() is None
+    planned = await store._ex.fetch("SELECT DISTINCT job_id FROM runs")
+    assert [r["job_id"] for r in planned] == [good["id"]]
+    [failure] = planner.details()["unplannable_jobs"]
+    assert (failure["job_id"], failure["job_name"]) == (bad["id"], "bad-zone")
+    assert "Mars/Olympus_Mons" in failure["error"]
+    assert planner.plan_failures == 1
+    # Not retried on every tick: its next try waits PLAN_RETRY (another host may plan it).
+    wait = await store._ex.fetchval(
+        "SELECT extract(epoch FROM plan_after - now()) FROM jobs WHERE id = $1", bad["id"]
+    )
+    assert 50 < wait <= 60
+    await planner.run_once()
+    assert planner.plan_failures == 1
+    # Once the job can be planned here again, it leaves the list.
+    await store._ex.execute(
+        "UPDATE jobs SET timezone = 'UTC', plan_after = now() WHERE id = $1", bad["id"]
+    )
+    await planner.run_once()
+    assert planner.details() == {}
+    assert await store._ex.fetchval("SELECT count(*) FROM runs WHERE job_id = $1", bad["id"]) > 0

@@ -1,0 +1,52 @@
+"""One job a host cannot plan (its zone is missing from this host's tzdata) must not stop
+that host: the supervisor keeps planning and running everything else, and says which job
+it skipped in /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from pathlib import Path
+
+from supervisor import jobs
+from supervisor.store import Store
+
+from ..helpers import job, wait_for
+from .procs import Cluster, free_port
+from .scenario import LIMITS, all_in, create_runs
+
+
+def _readyz(port: int) -> dict[str, object]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return dict(json.load(resp))
+    except urllib.error.HTTPError as exc:
+        return dict(json.load(exc))
+
+
+async def test_an_unplannable_job_is_skipped_and_reported(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    bad = await jobs.create_job(
+        store, job("zone-from-the-future", "append", cron="* * * * *"), LIMITS
+    )
+    await store._ex.execute(
+        "UPDATE jobs SET timezone = 'Mars/Olympus_Mons', planned_until = NULL,"
+        " plan_after = now() WHERE id = $1",
+        bad["id"],
+    )
+    await store._ex.execute("DELETE FROM runs WHERE job_id = $1", bad["id"])
+    port = free_port()
+    sup = await cluster.start_ready("a", ["append"], metrics_port=port)
+    event = await sup.wait_event("plan_failed", 15, job_id=bad["id"])
+    assert "Mars/Olympus_Mons" in event["error"]
+    body = await asyncio.to_thread(_readyz, port)
+    assert body["unplannable_jobs"] == [
+        {"job_id": bad["id"], "job_name": "zone-from-the-future", "error": event["error"]}
+    ]
+    # Everything else goes on.
+    ids = await create_runs(store, "append", 3, {"out": str(tmp_path / "out.csv")})
+    await wait_for(lambda: all_in(store, ids, "succeeded"), 20, "the other jobs to run")
+    assert sup.running, sup.tail()
+    assert sup.stop() == 0, sup.tail()
