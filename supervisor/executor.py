@@ -11,6 +11,7 @@ counted).
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import os
@@ -48,6 +49,28 @@ def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None
     return (rng or random).uniform(b / 2, b)
 
 
+class Phase(enum.Enum):
+    """Where an in-flight run stands with its lease; moves only along NEXT_PHASES."""
+
+    RUNNING = "running"  # the lease is ours; the child starts or runs
+    LOST = "lost"  # a renewal did not find the run: its child is killed at once
+    FENCED = "fenced"  # the lease could not be renewed in time: its child is being killed
+    RELEASED = "released"  # given back at shutdown: no completion is sent
+    # The child has ended and its result is queued. Its lease is still renewed, but a
+    # renewal that misses the run no longer means "lost": the completion may just have been
+    # recorded, and the fenced completion itself tells a late result apart.
+    COMPLETING = "completing"
+
+
+NEXT_PHASES: dict[Phase, frozenset[Phase]] = {
+    Phase.RUNNING: frozenset({Phase.LOST, Phase.FENCED, Phase.RELEASED, Phase.COMPLETING}),
+    Phase.FENCED: frozenset({Phase.LOST, Phase.RELEASED, Phase.COMPLETING}),
+    Phase.LOST: frozenset({Phase.RELEASED, Phase.COMPLETING}),
+    Phase.RELEASED: frozenset(),
+    Phase.COMPLETING: frozenset(),
+}
+
+
 @dataclass
 class InFlight:
     run_id: int
@@ -58,17 +81,21 @@ class InFlight:
     valid_until: float  # monotonic: the lease surely holds until then
     exclusive: bool = False  # its end may unblock another run of the job elsewhere
     child: Child | None = None
-    fenced: bool = False
-    lost: bool = False
-    released: bool = False  # given back at shutdown: no completion is sent
-    # The child has ended and its result is queued. Its lease is still renewed, but a renewal
-    # that misses the run no longer means "lost": the completion may just have been recorded,
-    # and the fenced completion itself tells a late result apart.
-    completing: bool = False
+    phase: Phase = Phase.RUNNING
     # Its slot is free again: the child has ended (or never started), so the next run may
     # start while this result is still being recorded.
     slot_freed: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def move(self, to: Phase) -> None:
+        if to not in NEXT_PHASES[self.phase]:
+            raise AssertionError(f"run {self.run_id}: no move from {self.phase} to {to}")
+        self.phase = to
+
+    @property
+    def lease_gone(self) -> bool:
+        """Lost or fenced: its child must not run on, and its outcome is lease_lost."""
+        return self.phase in (Phase.LOST, Phase.FENCED)
 
 
 class Executor:
@@ -126,8 +153,8 @@ class Executor:
                         entry.child.set_kill_by(
                             lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
                         )
-            elif not entry.lost and not entry.completing:
-                entry.lost = True
+            elif entry.phase in (Phase.RUNNING, Phase.FENCED):
+                entry.move(Phase.LOST)
                 self._event("lease_lost", entry, reason="the run is no longer ours")
                 self._kill(entry, "lease lost", grace=0)
 
@@ -137,8 +164,8 @@ class Executor:
         margin = self.lease_ttl * lease.SELF_FENCE
         for entry in self.inflight.values():
             remaining = entry.valid_until - now
-            if remaining < margin and not (entry.fenced or entry.lost or entry.completing):
-                entry.fenced = True
+            if remaining < margin and entry.phase is Phase.RUNNING:
+                entry.move(Phase.FENCED)
                 self._event("self_fenced", entry, remaining_seconds=round(remaining, 3))
                 self._kill(entry, "self-fenced: could not renew the lease", grace=remaining / 2)
 
@@ -173,11 +200,11 @@ class Executor:
     async def _execute(self, entry: InFlight, row: Any) -> None:
         try:
             result = await self._run_child(entry, row)
-            if entry.released:
+            if entry.phase is Phase.RELEASED:
                 return
-            entry.completing = True
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
-            completion, status = self._completion(entry, row, result)
+            completion, status = self._completion(entry, row, result)  # reads the phase
+            entry.move(Phase.COMPLETING)
             recorded = await self.completer.submit(completion, entry.exclusive)
             self._finished(
                 entry, result, status, completion.outcome, recorded, retry_in=completion.retry_in
@@ -215,7 +242,7 @@ class Executor:
             output_limit=self.output_limit,
             kill_by=lease.keeper_kill_by(entry.valid_until, self.lease_ttl),
         )
-        if entry.lost or entry.fenced or entry.released:
+        if entry.phase is not Phase.RUNNING:
             # Lost, fenced or given back before the child even started: starting it now
             # could overlap another host's execution of the same run.
             return _not_run("not started: the lease was lost or given back first")
@@ -227,7 +254,7 @@ class Executor:
             scheduled_at=_iso(row["scheduled_at"]),
             queue_delay=round((row["started_at"] - row["scheduled_at"]).total_seconds(), 4),
         )
-        if entry.lost or entry.fenced or entry.released:  # while spawning
+        if entry.phase is not Phase.RUNNING:  # while spawning
             await entry.child.kill("lease lost", 0)
         return await entry.child.wait()
 
@@ -238,7 +265,7 @@ class Executor:
         if result.signal == signal.SIGKILL and time.monotonic() >= kill_by:
             # Our event loop stood still past the lease (frozen, blocked): the keeper killed it.
             outcome, error = "lease_lost", "killed by the keeper: the lease was not renewed in time"
-        if entry.lost or entry.fenced:
+        if entry.lease_gone:
             outcome = "lease_lost"
         elif outcome in ("killed", "spawn_failed"):
             outcome = "failed"
@@ -321,10 +348,10 @@ class Executor:
         """Kill what is left and give the runs back without consuming an attempt."""
         # A run whose child already ended has its result queued: the completer records it.
         # Releasing it instead would run a finished handler a second time elsewhere.
-        entries = [e for e in self.inflight.values() if not e.completing]
+        entries = [e for e in self.inflight.values() if e.phase is not Phase.COMPLETING]
         leases = [(e.run_id, e.lease_token) for e in entries]
         for e in entries:
-            e.released = True
+            e.move(Phase.RELEASED)
         await asyncio.gather(
             *(e.child.kill("supervisor shutting down") for e in entries if e.child is not None),
             return_exceptions=True,
