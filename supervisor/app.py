@@ -28,6 +28,7 @@ from supervisor import __version__, lease
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
 from supervisor.executor import Executor
+from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
 from supervisor.keeper import Keeper
@@ -211,20 +212,19 @@ class Supervisor:
             keeper=keeper,
             orphans=self.orphans,
             on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
-            on_event=lambda event, data: _record_event(m, event, data),
+            on_started=lambda type_, delay: m.queue_delay.record(delay, {"type": type_}),
+            on_ended=lambda ended: _record_attempt(m, ended),
         )
         claimer = Claimer(
             store,
             owner=self.owner,
             types=self.registry.types,
-            free_slots=lambda: executor.free_slots,
-            start=executor.start,
+            slots=executor,
             lease_ttl=cfg.lease_ttl,
             misfire_grace=cfg.misfire_grace,
             poll_interval=cfg.poll_interval,
             on_skipped=lambda rows: _record_skipped(m, rows),
             on_claim_latency=m.claim_latency.record,
-            held=executor.inflight.keys,
             refill_batch=cfg.effective_concurrency,
             refill_wait=REFILL_WAIT,
         )
@@ -244,17 +244,12 @@ class Supervisor:
             on_reaped=lambda rows: _record_reaped(m, rows),
         )
 
-        def renewed(leases: list[tuple[int, int]], ok: set[int], sent_at: float) -> None:
-            m.lease_renewals.add(len(ok))
-            executor.renewed(leases, ok, sent_at)
-
         heartbeater = Heartbeater(
             store,
             owner=self.owner,
             lease_ttl=cfg.lease_ttl,
-            leases=executor.leases,
-            renewed=renewed,
-            running=lambda: len(executor.inflight),
+            holder=executor,
+            on_renewed=m.lease_renewals.add,
         )
 
         def fence_tick() -> None:
@@ -284,6 +279,11 @@ class Supervisor:
             "punchclock_lease_renewal_failures",
             "Lease renewal rounds that failed",
             lambda: [(heartbeater.failures, {})],
+        )
+        m.counter(
+            "punchclock_self_fenced_kills",
+            "Children killed by self-fencing",
+            lambda: [(executor.self_fenced, {})],
         )
         m.counter(
             "punchclock_completions_refused",
@@ -409,28 +409,12 @@ class Services:
     pruner: Pruner
 
 
-_OUTCOME_OF_EVENT = {
-    "succeeded": "succeeded",
-    "failed": "failed",
-    "timed_out": "timed_out",
-    "late_result_rejected": "rejected_late",
-    "interrupted": "interrupted",
-}
-
-
-def _record_event(m: Metrics, event: str, data: dict[str, Any]) -> None:
-    type_ = data["type"]
-    if event == "started" and data.get("queue_delay") is not None:
-        m.queue_delay.record(max(0.0, data["queue_delay"]), {"type": type_})
-    elif event in _OUTCOME_OF_EVENT:
-        outcome = data.get("outcome") if event == "failed" else None
-        m.count_attempt(data["job_name"], type_, outcome or _OUTCOME_OF_EVENT[event])
-        if data.get("duration") is not None:
-            m.run_duration.record(data["duration"], {"type": type_})
-    elif event == "dead":
-        m.runs_dead.add(1, {"job": data["job_name"], "type": type_})
-    elif event == "self_fenced":
-        m.self_fenced.add(1)
+def _record_attempt(m: Metrics, ended: AttemptEnded) -> None:
+    m.count_attempt(ended.job_name, ended.type, ended.outcome)
+    if ended.duration is not None:
+        m.run_duration.record(ended.duration, {"type": ended.type})
+    if ended.dead:
+        m.runs_dead.add(1, {"job": ended.job_name, "type": ended.type})
 
 
 def _record_skipped(m: Metrics, rows: list[Any]) -> None:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 
+from supervisor.faces import Slots
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS, Loop
 from supervisor.store import Store
@@ -34,14 +35,12 @@ class Claimer(Loop):
         *,
         owner: str,
         types: list[str],
-        free_slots: Callable[[], int],
-        start: Callable[[Any, float], None],
+        slots: Slots,
         lease_ttl: float,
         misfire_grace: float,
         poll_interval: float,
         on_skipped: Callable[[list[Any]], None] | None = None,
         on_claim_latency: Callable[[float], None] | None = None,
-        held: Callable[[], Collection[int]] | None = None,
         refill_batch: int = 1,
         refill_wait: float = 0.0,
     ) -> None:
@@ -49,12 +48,10 @@ class Claimer(Loop):
         self.store = store
         self.owner = owner
         self.types = types
-        self.free_slots = free_slots
-        self.start = start
+        self.slots = slots
         self.lease_ttl = lease_ttl
         self.misfire_grace = misfire_grace
         self.on_skipped = on_skipped
-        self.held = held
         # The last claim failed in a way that may have committed (connection lost around
         # COMMIT): the database may hold leases of ours on runs we never started.
         self.uncertain = False
@@ -67,7 +64,7 @@ class Claimer(Loop):
     async def run_once(self) -> float | None:
         if not self.types:
             return None
-        free = self.free_slots()
+        free = self.slots.free_slots
         if free <= 0:
             return self.interval  # a finishing run wakes us
         if self._backlog and free < self.refill_batch:
@@ -80,7 +77,7 @@ class Claimer(Loop):
         sent_at = time.monotonic()
         # Every run we start is in `held` from start() on, and this loop is the only claimer
         # here, so any other run leased to us comes from a claim whose reply we never saw.
-        held = list(self.held()) if self.uncertain and self.held is not None else None
+        held = list(self.slots.held()) if self.uncertain else None
         try:
             async with self.store.transaction() as tx:
                 skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
@@ -117,12 +114,12 @@ class Claimer(Loop):
                 scheduled_at=row["scheduled_at"].isoformat(),
                 queue_delay=round(delay, 3),
             )
-            self.start(row, sent_at)
+            self.slots.start(row, sent_at)
         if recovered:
             log_event(self.log, "claim_recovered", held=len(held or ()))
             return 0.0  # runs given back just now are due: claim again at once
         if len(rows) == free:
-            return 0.0 if self.free_slots() > 0 else self.interval
+            return 0.0 if self.slots.free_slots > 0 else self.interval
         due_in = await self.store.next_due_in(self.types)
         if due_in is None:
             return self.interval

@@ -18,13 +18,14 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from supervisor import lease
 from supervisor.completer import Completer
+from supervisor.faces import AttemptEnded
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
 from supervisor.orphans import Orphans
@@ -112,7 +113,8 @@ class Executor:
         keeper: Any = None,
         orphans: Orphans | None = None,
         on_slot_free: Callable[[], None] | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_started: Callable[[str, float], None] | None = None,
+        on_ended: Callable[[AttemptEnded], None] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -124,7 +126,9 @@ class Executor:
         self.keeper = keeper
         self.orphans = orphans
         self.on_slot_free = on_slot_free
-        self.on_event = on_event
+        self.on_started = on_started  # (type, queue delay in seconds)
+        self.on_ended = on_ended
+        self.self_fenced = 0
         self.inflight: dict[int, InFlight] = {}
         # Runs whose child is starting or running: what `concurrency` limits. The in-flight
         # table also holds runs whose result is being recorded (their leases still renew).
@@ -137,6 +141,12 @@ class Executor:
     @property
     def free_slots(self) -> int:
         return max(0, self.concurrency - self.running)
+
+    def held(self) -> Collection[int]:
+        return self.inflight.keys()
+
+    def in_flight(self) -> int:
+        return len(self.inflight)
 
     def leases(self) -> list[tuple[int, int]]:
         return [(e.run_id, e.lease_token) for e in self.inflight.values()]
@@ -166,6 +176,7 @@ class Executor:
             remaining = entry.valid_until - now
             if remaining < margin and entry.phase is Phase.RUNNING:
                 entry.move(Phase.FENCED)
+                self.self_fenced += 1
                 self._event("self_fenced", entry, remaining_seconds=round(remaining, 3))
                 self._kill(entry, "self-fenced: could not renew the lease", grace=remaining / 2)
 
@@ -247,13 +258,16 @@ class Executor:
             # could overlap another host's execution of the same run.
             return _not_run("not started: the lease was lost or given back first")
         entry.child = await Child.spawn(spec, self.keeper, self.orphans)
+        queue_delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
         self._event(
             "started",
             entry,
             pid=entry.child.pid,
             scheduled_at=_iso(row["scheduled_at"]),
-            queue_delay=round((row["started_at"] - row["scheduled_at"]).total_seconds(), 4),
+            queue_delay=round(queue_delay, 4),
         )
+        if self.on_started:
+            self.on_started(entry.type, max(0.0, queue_delay))
         if entry.phase is not Phase.RUNNING:  # while spawning
             await entry.child.kill("lease lost", 0)
         return await entry.child.wait()
@@ -312,6 +326,10 @@ class Executor:
         if recorded is None:  # shutdown gave up on an unreachable database; the reaper decides
             self._event("result_unrecorded", entry, outcome=result.outcome, duration=duration)
             return
+        if self.on_ended:
+            outcome = completion_outcome if recorded else "rejected_late"
+            dead = bool(recorded) and status == "dead"
+            self.on_ended(AttemptEnded(entry.job_name, entry.type, outcome, duration, dead))
         if not recorded:
             self._event(
                 "late_result_rejected", entry, outcome=completion_outcome, duration=duration
@@ -364,6 +382,8 @@ class Executor:
         for e in entries:
             if e.run_id in released:
                 self._event("interrupted", e)
+                if self.on_ended:
+                    self.on_ended(AttemptEnded(e.job_name, e.type, "interrupted", None))
         tasks = [e.task for e in entries if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self.kill_grace + 5)
@@ -384,8 +404,6 @@ class Executor:
             else logging.WARNING
         )
         log_event(log, f"run_{event}", level=level, **data)
-        if self.on_event:
-            self.on_event(event, data)
 
 
 def _iso(ts: datetime) -> str:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from supervisor import lease
+from supervisor.faces import Leases
 from supervisor.loop import Loop
 from supervisor.store import Store
 
@@ -25,21 +26,19 @@ class Heartbeater(Loop):
         *,
         owner: str,
         lease_ttl: float,
-        leases: Callable[[], list[tuple[int, int]]],
-        renewed: Callable[[list[tuple[int, int]], set[int], float], None],
-        running: Callable[[], int],
+        holder: Leases,
+        on_renewed: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(lease_ttl * lease.RENEW, jitter=0.05, max_backoff=lease_ttl / 8)
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
-        self.leases = leases
-        self.renewed = renewed
-        self.running = running
+        self.holder = holder
+        self.on_renewed = on_renewed  # how many leases a round renewed
         self.failures = 0
 
     async def run_once(self) -> float | None:
-        leases = self.leases()
+        leases = self.holder.leases()
         sent_at = time.monotonic()
         try:
             # One stalled connection must not hold every lease hostage until the fence kills
@@ -48,8 +47,10 @@ class Heartbeater(Loop):
                 ok = await self.store.renew_leases(leases, self.owner, self.lease_ttl)
             # Apply the renewal before anything else can fail: a lost worker touch must not
             # throw away leases the database just extended (the fence would act on stale ones).
-            self.renewed(leases, ok, sent_at)
-            await self.store.touch_worker(self.owner, self.running())
+            self.holder.renewed(leases, ok, sent_at)
+            if self.on_renewed:
+                self.on_renewed(len(ok))
+            await self.store.touch_worker(self.owner, self.holder.in_flight())
         except Exception:
             self.failures += 1
             raise

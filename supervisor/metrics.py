@@ -81,9 +81,6 @@ class Metrics:
         self.lease_renewals = m.create_counter(
             "punchclock_lease_renewals", unit="1", description="Lease renewals that succeeded"
         )
-        self.self_fenced = m.create_counter(
-            "punchclock_self_fenced_kills", unit="1", description="Children killed by self-fencing"
-        )
         self.reaped = m.create_counter(
             "punchclock_runs_reaped", unit="1", description="Runs reaped after their lease expired"
         )

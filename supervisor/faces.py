@@ -1,0 +1,47 @@
+"""The executor's faces, as the services that use it see them, and what it reports.
+
+A leaf module: the claimer and the heartbeater depend on these Protocols, not on the
+executor, and app.py hands them the executor itself. Metrics are recorded from
+`AttemptEnded` values, never from log event names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Slots(Protocol):
+    """What the claimer needs: room, a way to start a claimed run, and what is held."""
+
+    @property
+    def free_slots(self) -> int: ...
+
+    def start(self, row: Any, claimed_at: float) -> None: ...
+
+    def held(self) -> Collection[int]:
+        """Ids of the runs this host holds a lease on (started, running or completing)."""
+        ...
+
+
+class Leases(Protocol):
+    """What the heartbeater needs: the leases to renew, and where the answer goes."""
+
+    def leases(self) -> list[tuple[int, int]]: ...
+
+    def renewed(self, leases: list[tuple[int, int]], ok: set[int], sent_at: float) -> None: ...
+
+    def in_flight(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """One attempt this host ran came to an end, as the database took it."""
+
+    job_name: str
+    type: str
+    # attempt_outcome as recorded, or "rejected_late" (not recorded: the lease was gone)
+    outcome: str
+    duration: float | None
+    dead: bool = False  # the run is out of attempts (or failed permanently)
