@@ -1,0 +1,190 @@
+"""The daemon's services built and driven through run_once against a real PostgreSQL.
+
+Time moves through data: a lease is aged in its row (`lease_expires_at = now() - ...`)
+instead of waiting it out. The executor runs real (tiny) child processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection
+from typing import Any
+
+from supervisor.claimer import Claimer
+from supervisor.executor import Executor, Phase
+from supervisor.faces import AttemptEnded
+from supervisor.heartbeater import Heartbeater
+from supervisor.registry import Handler, Registry
+from supervisor.store import Store
+
+from ..helpers import wait_for
+from .test_lost_replies import TTL, _due_run
+
+
+class RecordingSlots:
+    """The claimer's view of an executor, recording what it is asked to start."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.started: list[Any] = []
+
+    @property
+    def free_slots(self) -> int:
+        return self.free - len(self.started)
+
+    def start(self, row: Any, claimed_at: float) -> None:
+        self.started.append(row)
+
+    def held(self) -> Collection[int]:
+        return [r["id"] for r in self.started]
+
+
+def _claimer(store: Store, slots: RecordingSlots) -> Claimer:
+    return Claimer(
+        store,
+        owner="w1",
+        types=["echo"],
+        slots=slots,
+        lease_ttl=TTL,
+        misfire_grace=3600,
+        poll_interval=5,
+    )
+
+
+async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
+    ids = [await _due_run(store, f"j{i}") for i in range(3)]
+    slots = RecordingSlots(free=2)
+    claimer = _claimer(store, slots)
+    # Every slot filled: it waits for a finishing run to wake it (or the fallback poll).
+    assert await claimer.run_once() == claimer.interval
+    assert len(slots.started) == 2 and {r["id"] for r in slots.started} < set(ids)
+    assert all(r["attempts"] == 1 and r["lease_token"] >= 1 for r in slots.started)
+    assert await claimer.run_once() == claimer.interval
+    assert len(slots.started) == 2
+    slots.free = 3
+    await claimer.run_once()
+    assert sorted(r["id"] for r in slots.started) == sorted(ids)
+
+
+async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold(
+    store: Store,
+) -> None:
+    held, lost = await _due_run(store, "held"), await _due_run(store, "lost")
+    slots = RecordingSlots(free=2)
+    claimer = _claimer(store, slots)
+    await claimer.run_once()
+    slots.started = [r for r in slots.started if r["id"] == held]  # `lost`'s reply never came
+    claimer.uncertain = True
+    assert await claimer.run_once() == 0.0  # given back: claim again at once
+    await claimer.run_once()
+    # Given back unstarted, then claimed again under a new lease.
+    [again] = [r for r in slots.started if r["id"] == lost]
+    assert again["attempts"] == 2
+    outcome = await store._ex.fetchval(
+        "SELECT outcome::text FROM run_attempts WHERE run_id = $1 AND attempt = 1", lost
+    )
+    assert outcome == "interrupted"
+    assert not claimer.uncertain
+
+
+class RecordingLeases:
+    def __init__(self, leases: list[tuple[int, int]]) -> None:
+        self._leases = leases
+        self.answers: list[set[int]] = []
+
+    def leases(self) -> list[tuple[int, int]]:
+        return self._leases
+
+    def renewed(self, leases: list[tuple[int, int]], ok: set[int], sent_at: float) -> None:
+        self.answers.append(ok)
+
+    def in_flight(self) -> int:
+        return len(self._leases)
+
+
+async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Store) -> None:
+    kept, taken = await _due_run(store, "kept"), await _due_run(store, "taken")
+    rows = {r["id"]: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
+    await store._ex.execute(
+        "UPDATE runs SET lease_expires_at = now() + interval '1 second'"
+        " WHERE id = ANY($1::bigint[])",
+        [kept, taken],
+    )
+    # Someone else's now (cancelled and re-claimed, say): the token no longer matches.
+    await store._ex.execute("UPDATE runs SET lease_token = lease_token + 1 WHERE id = $1", taken)
+    holder = RecordingLeases([(i, rows[i]["lease_token"]) for i in (kept, taken)])
+    renewed: list[int] = []
+    hb = Heartbeater(store, owner="w1", lease_ttl=TTL, holder=holder, on_renewed=renewed.append)
+    await hb.run_once()
+    assert holder.answers == [{kept}] and renewed == [1]
+    left = await store._ex.fetchval(
+        "SELECT extract(epoch FROM lease_expires_at - now()) FROM runs WHERE id = $1", kept
+    )
+    assert TTL - 5 < left <= TTL
+
+
+def _executor(store: Store, argv: tuple[str, ...], ended: list[AttemptEnded]) -> Executor:
+    registry = Registry()
+    registry.add(Handler("echo", argv, source="test"))
+    return Executor(
+        store,
+        registry,
+        owner="w1",
+        concurrency=2,
+        lease_ttl=TTL,
+        kill_grace=0.5,
+        output_limit=4096,
+        on_ended=ended.append,
+    )
+
+
+async def _start_one(store: Store, executor: Executor, name: str) -> int:
+    run_id = await _due_run(store, name)
+    [row] = await store.claim_runs(["echo"], 1, "w1", TTL)
+    executor.start(row, time.monotonic())
+    return run_id
+
+
+async def _status(store: Store, run_id: int) -> str:
+    return str(await store._ex.fetchval("SELECT status::text FROM runs WHERE id = $1", run_id))
+
+
+async def test_executor_records_a_childs_result(store: Store) -> None:
+    ended: list[AttemptEnded] = []
+    executor = _executor(store, ("sh", "-c", "cat; exit 3"), ended)
+    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
+    try:
+        run_id = await _start_one(store, executor, "fails")
+        await wait_for(lambda: executor.in_flight() == 0, 10, "the attempt to end")
+    finally:
+        stop.set()
+        await asyncio.wait_for(service, 10)
+    assert ended == [AttemptEnded("fails", "echo", "failed", ended[0].duration)]
+    assert await _status(store, run_id) == "failed"  # a retry is scheduled
+    tail = await store._ex.fetchval(
+        "SELECT stdout_tail FROM run_attempts WHERE run_id = $1", run_id
+    )
+    assert tail == "{}"  # the payload arrived on stdin
+
+
+async def test_executor_kills_a_child_whose_lease_a_renewal_did_not_find(store: Store) -> None:
+    ended: list[AttemptEnded] = []
+    executor = _executor(store, ("sleep", "60"), ended)
+    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
+    try:
+        run_id = await _start_one(store, executor, "sleeps")
+        entry = executor.inflight[run_id]
+        await wait_for(lambda: entry.child is not None and entry.child.pid, 10, "the child")
+        executor.renewed(executor.leases(), set(), time.monotonic())  # the run is not ours
+        assert entry.phase is Phase.LOST
+        await wait_for(lambda: executor.in_flight() == 0, 10, "the child to be killed")
+    finally:
+        stop.set()
+        await asyncio.wait_for(service, 10)
+    # Still our lease in the database (nothing else took it): recorded as lease_lost.
+    [attempt] = await store._ex.fetch(
+        "SELECT outcome::text, signal FROM run_attempts WHERE run_id = $1", run_id
+    )
+    assert (attempt["outcome"], attempt["signal"]) == ("lease_lost", 9)
+    assert [e.outcome for e in ended] == ["lease_lost"]
