@@ -78,7 +78,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_supervise(args: argparse.Namespace) -> int:
     from supervisor.app import Supervisor
     from supervisor.registry import load_registry
-    from supervisor.runner import install_fast_child_watcher
+    from supervisor.spawn import install_fast_child_watcher
 
     cfg = _config(args)
     setup_logging(cfg.log_level)

@@ -1,5 +1,5 @@
 """Child processes: start one (spawn.py) with the payload on stdin, watch exit via pidfd,
-keep output tails, TERM→grace→KILL the whole tree, report rusage. The only importer of psutil.
+keep output tails (output.py), TERM→grace→KILL the whole tree (tree.py), report rusage.
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
 from __future__ import annotations
@@ -11,20 +11,17 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import psutil
-
+from supervisor import tree
 from supervisor.keeper import CHILD_ID_ENV, INSTANCE_ENV
+from supervisor.output import Tail
 from supervisor.spawn import spawn_error_text, start_process
 
 if TYPE_CHECKING:
-    import resource
-
     from supervisor.keeper import Keeper
     from supervisor.orphans import Orphans
 
@@ -66,58 +63,6 @@ class ChildResult:
     stderr_replaced: bool = False
 
 
-def install_fast_child_watcher() -> None:
-    """On Python < 3.12, watch other code's asyncio subprocesses with pidfds, not threads."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # kernel older than 5.3, or seccomp forbids it
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
-
-
-class _Tail:
-    """The last `limit` bytes of one output pipe."""
-
-    def __init__(self, file: io.FileIO, limit: int) -> None:
-        self.file = file
-        self.fd = file.fileno()
-        self.limit = max(limit, 0)
-        self.buf = bytearray()
-        self.truncated = False
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        if len(self.buf) > self.limit:
-            del self.buf[: len(self.buf) - self.limit]
-            self.truncated = True
-
-    def text(self) -> tuple[str, bool]:
-        """The tail as storable text, and whether bytes had to be replaced to make it so."""
-        start = 0
-        if self.truncated:  # the cut may have split a UTF-8 sequence: drop its orphaned bytes
-            while start < min(3, len(self.buf)) and self.buf[start] & 0xC0 == 0x80:
-                start += 1
-        return storable_text(self.buf[start:])
-
-
-def storable_text(data: bytes | bytearray) -> tuple[str, bool]:
-    """Text PostgreSQL can store: invalid UTF-8 and NUL become U+FFFD; True if any did.
-
-    Handlers may print anything (gzip, pg_dump -Fc, progress bars); a tail must never make
-    the completion that carries it fail (DESIGN.md, Output).
-    """
-    try:
-        text = data.decode("utf-8")
-        replaced = False
-    except UnicodeDecodeError:
-        text, replaced = data.decode("utf-8", errors="replace"), True
-    if "\0" in text:
-        text, replaced = text.replace("\0", "\ufffd"), True
-    return text, replaced
-
-
 class Child:
     """One handler process and everything it starts.
 
@@ -125,7 +70,8 @@ class Child:
     process group gets SIGTERM, then SIGKILL after min(1s, kill_grace), and a descendant that
     left the group but still holds the output pipes is killed too. kill() and timeouts also
     hunt descendants that left the group (found by PUNCHCLOCK_CHILD_ID in their environment),
-    and a Keeper kills the lot if the supervisor itself dies.
+    and a Keeper kills the lot if the supervisor itself dies (or freezes past `kill_by`).
+    What daemonised away from the group entirely is adopted and killed by Orphans.
 
     A child that exits with an empty group and closed pipes (the common case) completes from
     event-loop callbacks alone: no task, no thread, no timer beyond an optional timeout.
@@ -150,7 +96,7 @@ class Child:
         self._exited: asyncio.Future[None] = self._loop.create_future()
         self._done: asyncio.Future[ChildResult] = self._loop.create_future()
         self._wake = asyncio.Event()  # set on exit and when a kill deadline moves closer
-        self._tails: list[_Tail] = []
+        self._tails: list[Tail] = []
         self._stdin: io.FileIO | None = None
         self._payload = memoryview(spec.stdin)
         self._stop: tuple[str, str] | None = None  # (outcome, error) of the first kill request
@@ -212,7 +158,7 @@ class Child:
         if self.orphans is not None:
             self.orphans.started(self.pid, self.child_id)
         for file in (proc.stdout, proc.stderr):
-            tail = _Tail(file, spec.output_limit)
+            tail = Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
             self._loop.add_reader(tail.fd, self._on_readable, tail)
             self._tails.append(tail)
@@ -254,7 +200,7 @@ class Child:
             self._stdin = None
             self._payload = memoryview(b"")
 
-    def _on_readable(self, tail: _Tail) -> None:
+    def _on_readable(self, tail: Tail) -> None:
         try:
             data = os.read(tail.fd, _READ_SIZE)
         except BlockingIOError:
@@ -268,7 +214,7 @@ class Child:
         if self._settling and all(t.file.closed for t in self._tails):
             self._finish()
 
-    def _close_stream(self, tail: _Tail) -> None:
+    def _close_stream(self, tail: Tail) -> None:
         if not tail.file.closed:
             self._loop.remove_reader(tail.fd)
             tail.file.close()
@@ -334,16 +280,15 @@ class Child:
         """TERM the group, allow it until self._deadline, then KILL it (and on kill() or
         timeout, every escaped descendant); used too for what a handler leaves behind."""
         # Snapshot first: once the child dies, its children are reparented and the tree is lost.
-        snapshot: list[psutil.Process] = []
-        if not self._exited.done():
-            with contextlib.suppress(psutil.Error):
-                snapshot = await asyncio.to_thread(psutil.Process(self.pid).children, True)
+        snapshot: list[tree.Descendant] = []
+        if not self._exited.done() and self.pid is not None:
+            snapshot = await asyncio.to_thread(tree.descendants, self.pid)
         if self._deadline > time.monotonic():
             self._signal_group(signal.SIGTERM)
         if not await self._await_group_gone():
             self._signal_group(signal.SIGKILL)
         if self._stop is not None:
-            await asyncio.to_thread(_kill_strays, self.child_id, snapshot)
+            await asyncio.to_thread(tree.kill_strays, CHILD_ID_ENV, self.child_id, snapshot)
         await asyncio.shield(self._exited)
         self._settle()
 
@@ -358,7 +303,7 @@ class Child:
     def _on_pipes_held(self) -> None:
         async def kill_holders() -> None:
             # Something that left the group still holds our pipes; it must not outlive us.
-            await asyncio.to_thread(_kill_strays, self.child_id, [])
+            await asyncio.to_thread(tree.kill_strays, CHILD_ID_ENV, self.child_id, [])
             self._timer = self._loop.call_later(_PIPE_LINGER, self._finish)
 
         if not self._done.done():
@@ -406,7 +351,9 @@ class Child:
             except PermissionError:
                 return True
             else:  # killpg also counts zombies, which a PID 1 that never wait()s leaves around
-                self._group_gone = not await asyncio.to_thread(_has_live_members, self.pid)
+                self._group_gone = not await asyncio.to_thread(
+                    tree.group_has_live_members, self.pid
+                )
         return not self._group_gone
 
     def _signal_group(self, sig: int) -> None:
@@ -427,7 +374,7 @@ class Child:
         elif self._status is None:
             outcome, error = "failed", "exit status lost: the child was reaped elsewhere"
         elif sig is not None:
-            outcome, error = "failed", f"killed by signal {sig} ({_signal_name(sig)})"
+            outcome, error = "failed", f"killed by signal {sig} ({tree.signal_name(sig)})"
         elif code:
             outcome, error = "failed", f"exited with status {code}"
         else:
@@ -451,30 +398,3 @@ class Child:
             out_replaced,
             err_replaced,
         )
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
-def _kill_strays(child_id: str, snapshot: list[psutil.Process]) -> None:
-    """SIGKILL `snapshot` and every process whose environment carries our child id."""
-    marked = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.environ().get(CHILD_ID_ENV) == child_id:
-                marked.append(proc)
-    for proc in snapshot + marked:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()  # psutil refuses if the pid was reused since the snapshot
-
-
-def _has_live_members(pgid: int) -> bool:
-    for proc in psutil.process_iter(["status"]):
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
-                return True
-    return False

@@ -7,6 +7,7 @@ output and killing belong to runner.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import functools
@@ -14,6 +15,7 @@ import io
 import os
 import signal
 import subprocess
+import sys
 from typing import NamedTuple, cast
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
@@ -118,3 +120,14 @@ def _executable(name: str, path: str | None) -> str:
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+def install_fast_child_watcher() -> None:
+    """On Python < 3.12, watch other code's asyncio subprocesses with pidfds, not threads."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # kernel older than 5.3, or seccomp forbids it
+        return
+    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())

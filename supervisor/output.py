@@ -1,0 +1,46 @@
+"""Output tails: the last bytes of a child's stdout or stderr, as text PostgreSQL can store.
+
+Handlers may print anything (gzip, pg_dump -Fc, progress bars); a tail must never make the
+completion that carries it fail (DESIGN.md, Handler contract: Output).
+"""
+
+from __future__ import annotations
+
+import io
+
+
+class Tail:
+    """The last `limit` bytes of one output pipe."""
+
+    def __init__(self, file: io.FileIO, limit: int) -> None:
+        self.file = file
+        self.fd = file.fileno()
+        self.limit = max(limit, 0)
+        self.buf = bytearray()
+        self.truncated = False
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+            self.truncated = True
+
+    def text(self) -> tuple[str, bool]:
+        """The tail as storable text, and whether bytes had to be replaced to make it so."""
+        start = 0
+        if self.truncated:  # the cut may have split a UTF-8 sequence: drop its orphaned bytes
+            while start < min(3, len(self.buf)) and self.buf[start] & 0xC0 == 0x80:
+                start += 1
+        return storable_text(self.buf[start:])
+
+
+def storable_text(data: bytes | bytearray) -> tuple[str, bool]:
+    """Text PostgreSQL can store: invalid UTF-8 and NUL become U+FFFD; True if any did."""
+    try:
+        text = data.decode("utf-8")
+        replaced = False
+    except UnicodeDecodeError:
+        text, replaced = data.decode("utf-8", errors="replace"), True
+    if "\0" in text:
+        text, replaced = text.replace("\0", "\ufffd"), True
+    return text, replaced
