@@ -14,6 +14,7 @@ import time
 
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
+from supervisor.model import RunStatus
 from supervisor.store import Completion, Record, Store
 
 BATCH = 500
@@ -80,7 +81,7 @@ class Completer:
             del self._pending[: len(batch)]
             recorded = {r["id"] for r in rows}
             # Wake other hosts when a retry is scheduled or an exclusive job is free again.
-            if any(c.status == "failed" or excl for c, excl, _ in batch):
+            if any(c.status == RunStatus.FAILED or excl for c, excl, _ in batch):
                 await self._notify_quietly()
             for completion, _, fut in batch:
                 if not fut.done():

@@ -15,7 +15,6 @@ import enum
 import json
 import logging
 import os
-import random
 import signal
 import time
 from collections.abc import Callable, Collection
@@ -28,26 +27,16 @@ from supervisor.completer import Completer
 from supervisor.faces import AttemptEnded
 from supervisor.log import log_event
 from supervisor.loop import DB_ERRORS
+from supervisor.model import RunStatus
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child, ChildResult, ChildSpec
 from supervisor.store import Completion, Store
+from supervisor.verdict import ERROR_STDERR_CHARS, verdict
 
 DEFAULT_TIMEOUT = 3600.0
-EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
-ERROR_STDERR_CHARS = 2000
 
 log = logging.getLogger("punchclock.executor")
-
-
-def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with equal jitter: uniform(b/2, b), b = min(cap, base*2^(attempt-1)).
-
-    Half fixed, half random: spread like full jitter, but never an instant retry and the
-    wait never shrinks from one attempt to the next (DESIGN.md, Retries).
-    """
-    b = min(cap, base * 2 ** (attempt - 1))
-    return (rng or random).uniform(b / 2, b)
 
 
 class Phase(enum.Enum):
@@ -214,11 +203,16 @@ class Executor:
             if entry.phase is Phase.RELEASED:
                 return
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
-            completion, status = self._completion(entry, row, result)  # reads the phase
+            completion = self._completion(entry, row, result)  # reads the phase
             entry.move(Phase.COMPLETING)
             recorded = await self.completer.submit(completion, entry.exclusive)
             self._finished(
-                entry, result, status, completion.outcome, recorded, retry_in=completion.retry_in
+                entry,
+                result,
+                completion.status,
+                completion.outcome,
+                recorded,
+                retry_in=completion.retry_in,
             )
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
@@ -272,46 +266,19 @@ class Executor:
             await entry.child.kill("lease lost", 0)
         return await entry.child.wait()
 
-    def _completion(self, entry: InFlight, row: Any, result: ChildResult) -> tuple[Completion, str]:
-        outcome = result.outcome
-        error = result.error
+    def _completion(self, entry: InFlight, row: Any, result: ChildResult) -> Completion:
         kill_by = lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
-        if result.signal == signal.SIGKILL and time.monotonic() >= kill_by:
-            # Our event loop stood still past the lease (frozen, blocked): the keeper killed it.
-            outcome, error = "lease_lost", "killed by the keeper: the lease was not renewed in time"
-        if entry.lease_gone:
-            outcome = "lease_lost"
-        elif outcome in ("killed", "spawn_failed"):
-            outcome = "failed"
-        if error and result.stderr_tail:
-            error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
-        retry_in = 0.0
-        if outcome == "succeeded":
-            status = "succeeded"
-        elif result.exit_code == EXIT_PERMANENT or row["attempts"] >= row["max_attempts"]:
-            status = "dead"
-        else:
-            status = "failed"
-            retry_in = retry_delay(
-                row["attempts"], row["retry_base_seconds"], row["retry_cap_seconds"]
-            )
-        completion = Completion(
-            run_id=entry.run_id,
-            lease_token=entry.lease_token,
-            status=status,
-            retry_in=retry_in,
-            outcome=outcome,
-            error=error,
-            exit_code=result.exit_code,
-            signal=result.signal,
-            stdout_tail=result.stdout_tail,
-            stderr_tail=result.stderr_tail,
-            cpu_seconds=result.cpu_seconds,
-            peak_rss_bytes=result.peak_rss_bytes,
-            stdout_replaced=result.stdout_replaced,
-            stderr_replaced=result.stderr_replaced,
+        return verdict(
+            entry.run_id,
+            entry.lease_token,
+            result,
+            lease_gone=entry.lease_gone,
+            keeper_killed=result.signal == signal.SIGKILL and time.monotonic() >= kill_by,
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            retry_base=row["retry_base_seconds"],
+            retry_cap=row["retry_cap_seconds"],
         )
-        return completion, status
 
     def _finished(
         self,
@@ -328,14 +295,14 @@ class Executor:
             return
         if self.on_ended:
             outcome = completion_outcome if recorded else "rejected_late"
-            dead = bool(recorded) and status == "dead"
+            dead = bool(recorded) and status == RunStatus.DEAD
             self.on_ended(AttemptEnded(entry.job_name, entry.type, outcome, duration, dead))
         if not recorded:
             self._event(
                 "late_result_rejected", entry, outcome=completion_outcome, duration=duration
             )
             return
-        if status == "succeeded":
+        if status == RunStatus.SUCCEEDED:
             self._event("succeeded", entry, duration=duration)
             return
         fields = {
@@ -345,7 +312,7 @@ class Executor:
             "outcome": completion_outcome,
         }
         self._event("timed_out" if result.outcome == "timed_out" else "failed", entry, **fields)
-        if status == "dead":
+        if status == RunStatus.DEAD:
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:
             self._event("retry_scheduled", entry, retry_in=retry_in)

@@ -1,0 +1,75 @@
+"""What a finished child means for its run: how the attempt ended (attempt_outcome, one
+vocabulary for the database, the logs and the metrics), what the run becomes, and when it is
+tried again. Pure: no I/O, no clock but what it is given.
+"""
+
+from __future__ import annotations
+
+import random
+
+from supervisor.model import Outcome, RunStatus
+from supervisor.runner import ChildResult
+from supervisor.store import Completion
+
+EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
+ERROR_STDERR_CHARS = 2000
+KEEPER_KILLED = "killed by the keeper: the lease was not renewed in time"
+
+
+def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with equal jitter: uniform(b/2, b), b = min(cap, base*2^(attempt-1)).
+
+    Half fixed, half random: spread like full jitter, but never an instant retry and the
+    wait never shrinks from one attempt to the next (DESIGN.md, Retries).
+    """
+    b = min(cap, base * 2 ** (attempt - 1))
+    return (rng or random).uniform(b / 2, b)
+
+
+def verdict(
+    run_id: int,
+    lease_token: int,
+    result: ChildResult,
+    *,
+    lease_gone: bool,
+    keeper_killed: bool,
+    attempts: int,
+    max_attempts: int,
+    retry_base: float,
+    retry_cap: float,
+) -> Completion:
+    """The fenced completion for `result`. `lease_gone`: lost or self-fenced while it ran;
+    `keeper_killed`: SIGKILLed after the keeper's kill-by deadline (our loop stood still)."""
+    outcome, error = result.outcome, result.error
+    if keeper_killed:
+        outcome, error = Outcome.LEASE_LOST, KEEPER_KILLED
+    if lease_gone:
+        outcome = Outcome.LEASE_LOST
+    elif outcome in ("killed", "spawn_failed"):  # the runner's words for a failed attempt
+        outcome = Outcome.FAILED
+    if error and result.stderr_tail:
+        error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
+    retry_in = 0.0
+    if outcome == Outcome.SUCCEEDED:
+        status = RunStatus.SUCCEEDED
+    elif result.exit_code == EXIT_PERMANENT or attempts >= max_attempts:
+        status = RunStatus.DEAD
+    else:
+        status = RunStatus.FAILED
+        retry_in = retry_delay(attempts, retry_base, retry_cap)
+    return Completion(
+        run_id=run_id,
+        lease_token=lease_token,
+        status=status,
+        retry_in=retry_in,
+        outcome=outcome,
+        error=error,
+        exit_code=result.exit_code,
+        signal=result.signal,
+        stdout_tail=result.stdout_tail,
+        stderr_tail=result.stderr_tail,
+        cpu_seconds=result.cpu_seconds,
+        peak_rss_bytes=result.peak_rss_bytes,
+        stdout_replaced=result.stdout_replaced,
+        stderr_replaced=result.stderr_replaced,
+    )
