@@ -9,21 +9,30 @@ gone, and orphans this test process adopted as a subreaper are reaped on the way
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from supervisor import pgserver
+from supervisor.pgserver import LocalPostgres, find_bindir
 
 from ..helpers import wait_for
 
@@ -317,3 +326,201 @@ async def wait_gone(procs: list[Proc], timeout: float, what: str) -> int:
 
 def read_pids(path: Path) -> list[int]:
     return [int(p) for p in path.read_text().split()]
+
+
+def readyz(port: int) -> int:
+    """The HTTP status of a supervisor's /readyz, 0 when it does not answer (blocking)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+# ---------------------------------------------------------------- executions stamp.py reports
+
+
+@dataclass
+class Execution:
+    """One execution of a run as handlers/stamp.py recorded it (its own clock, not ours)."""
+
+    run_id: int
+    attempt: int
+    lease_token: int
+    pid: int
+    ppid: int  # the supervisor that started it
+    start_ns: int
+    end_ns: int | None = None  # None: it never reached its end (killed, or still running)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.pid, self.start_ns)
+
+
+def read_executions(path: Path) -> list[Execution]:
+    """Every execution in a stamps.csv, ends matched to starts (by run, attempt and pid)."""
+    monitor = PidMonitor(path)
+    monitor.read()
+    return list(monitor.executions.values())
+
+
+class PidMonitor:
+    """An observer that trusts no punchclock code: it reads the stamps handlers/stamp.py
+    writes and polls each reported pid, recording the last moment it was surely alive.
+
+    `last_alive[key]` is a time.time_ns() taken *before* a check that found the process
+    alive (not a zombie), so the process certainly lived until at least then: a lower bound
+    of its death, which makes the overlap check free of false alarms.
+    """
+
+    def __init__(self, stamps: Path, interval: float = 0.02) -> None:
+        self.stamps = stamps
+        self.interval = interval
+        self.executions: dict[tuple[int, int], Execution] = {}
+        self.last_alive: dict[tuple[int, int], int] = {}
+        self.gone_at: dict[tuple[int, int], int] = {}  # first seen gone (an upper bound)
+        self._handles: dict[tuple[int, int], psutil.Process | None] = {}
+        self._offset = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def read(self) -> None:
+        """Take in the stamps written since the last read (only whole lines)."""
+        if not self.stamps.exists():
+            return
+        with open(self.stamps, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        whole = data[: data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        for line in whole.decode().splitlines():
+            kind, *fields = line.split(",")
+            run_id, attempt, token, pid, ppid, ns = map(int, fields)
+            if kind == "start":
+                e = Execution(run_id, attempt, token, pid, ppid, ns)
+                self.executions[e.key] = e
+                self._handles[e.key] = _handle(pid, ns)
+                continue
+            for e in self.executions.values():
+                if (e.run_id, e.attempt, e.pid, e.end_ns) == (run_id, attempt, pid, None):
+                    e.end_ns = ns
+                    break
+            else:
+                raise AssertionError(f"an end without a start: {line}")
+
+    def poll(self) -> None:
+        self.read()
+        reap_adopted()
+        for key, handle in self._handles.items():
+            if key in self.gone_at:
+                continue
+            before = time.time_ns()
+            if _alive(handle):
+                self.last_alive[key] = before
+            else:
+                self.gone_at[key] = time.time_ns()
+
+    def alive(self) -> list[Execution]:
+        """Executions not yet seen gone (as of the last poll)."""
+        return [e for k, e in self.executions.items() if k not in self.gone_at]
+
+    def alive_until(self, e: Execution) -> int:
+        """The latest instant `e` is known to have been alive (its start at least)."""
+        return max(e.start_ns, e.end_ns or 0, self.last_alive.get(e.key, 0))
+
+    def start(self) -> None:
+        async def loop() -> None:
+            while True:
+                self.poll()
+                await asyncio.sleep(self.interval)  # the polling cadence
+
+        self._task = asyncio.get_running_loop().create_task(loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.poll()
+
+
+def _handle(pid: int, start_ns: int) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        # A pid reused between the stamp and this look would be a younger process.
+        return proc if proc.create_time() <= start_ns / 1e9 + 1.0 else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _alive(handle: psutil.Process | None) -> bool:
+    if handle is None:
+        return False
+    try:
+        return handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# ---------------------------------------------------------------- a database to break
+
+
+class ThrowawayPostgres:
+    """A cluster of this test's own (never the shared server) that `pg_ctl` restarts and
+    stops: pgserver.LocalPostgres starts it; restarts keep its port and settings.
+
+    A postmaster pg_ctl starts is adopted by this test process (the e2e subreaper) and
+    outlives LocalPostgres's watchdog's knowledge, so close() stops it with pg_ctl too.
+    """
+
+    def __init__(self) -> None:
+        # Short path: the unix socket lives in the data dir. Traversable: the server may run
+        # as the `postgres` user (we may be root).
+        self.tmp = Path(tempfile.mkdtemp(prefix="pcr-", dir="/tmp"))
+        self.tmp.chmod(0o755)
+        # Commits durable before they are acknowledged, as in production: the throwaway
+        # default (synchronous_commit=off) forgets the last acknowledged claims and
+        # completions in an immediate restart, and the runs execute again.
+        durable = {"synchronous_commit": "on"}
+        self.server = LocalPostgres(self.tmp / "pg", persistent=False, settings=durable)
+        self.data_dir = self.server.data_dir
+        self.dsn = ""
+        self._opts: list[str] = []
+
+    def start(self) -> str:
+        self.dsn = self.server.start()
+        # The server's own command line, for `pg_ctl start` after a stop (restart reads it).
+        argv = shlex.split((self.data_dir / "postmaster.opts").read_text())
+        self._opts = argv[3:] if argv[1:2] == ["-D"] else argv[1:]
+        return self.dsn
+
+    def restart(self, mode: str) -> None:
+        """`pg_ctl restart -m fast|immediate`, waiting until it accepts connections again."""
+        self._pg_ctl("restart", "-m", mode)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl("stop", "-m", mode)
+
+    def start_again(self) -> None:
+        """`pg_ctl start` after stop(), with the same settings and port."""
+        self._pg_ctl("start", "-o", " ".join(shlex.quote(o) for o in self._opts))
+
+    def close(self) -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            with contextlib.suppress(AssertionError):
+                self._pg_ctl("stop", "-m", "immediate")
+        self.server.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _pg_ctl(self, *args: str) -> None:
+        # -l: the postmaster writes there, not into our pipe (else run() waits for it).
+        argv = [str(find_bindir() / "pg_ctl"), *args, "-D", str(self.data_dir), "-w", "-t", "60"]
+        argv += ["-l", str(self.data_dir / "pg_ctl.log")]
+        as_user = pgserver._as_user(pgserver._server_user())
+        out = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=90, **as_user
+        )
+        if out.returncode != 0:
+            raise AssertionError(f"pg_ctl {' '.join(args)} failed: {out.stdout}{out.stderr}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from supervisor.planning import PlanLimits
 from supervisor.store import Store
 
 from ..helpers import job
+from .procs import Execution
 
 LIMITS = PlanLimits()
 
@@ -85,3 +88,69 @@ def read_lines(path: Path) -> list[dict[str, int]]:
 async def status_is(store: Store, run_id: int, status: str) -> bool:
     row = await store._ex.fetchrow("SELECT status::text FROM runs WHERE id = $1", run_id)
     return row is not None and row["status"] == status
+
+
+def execution_problems(
+    executions: list[Execution],
+    history: list[asyncpg.Record],
+    alive_until: Callable[[Execution], int],
+) -> list[str]:
+    """What the handlers' own stamps (and a pid monitor) contradict in the attempt rows.
+
+    - no two executions of one run overlap: each starts after the one before it was last
+      known alive (`alive_until`, a lower bound of its death, so no false alarms);
+    - an execution is one attempt: a (run, attempt) executes at most once, under the lease
+      token its attempt row carries;
+    - a completed execution (it stamped its end, then exited 0) is recorded `succeeded` or
+      `lease_lost` (its result came too late), nothing else;
+    - an attempt given back as never started really never started;
+    - every `succeeded` attempt is an execution that completed.
+    """
+    problems = []
+    by_run: dict[int, list[Execution]] = {}
+    for e in executions:
+        by_run.setdefault(e.run_id, []).append(e)
+    for run_id, execs in by_run.items():
+        execs.sort(key=lambda e: e.start_ns)
+        for i, earlier in enumerate(execs):
+            for later in execs[i + 1 :]:
+                overlap = alive_until(earlier) - later.start_ns
+                if overlap > 0:
+                    problems.append(
+                        f"run {run_id}: attempt {later.attempt} (pid {later.pid}) started"
+                        f" {overlap / 1e6:.1f} ms before attempt {earlier.attempt}"
+                        f" (pid {earlier.pid}, supervisor pid {earlier.ppid}) was last seen alive"
+                    )
+        attempts_seen = Counter(e.attempt for e in execs)
+        problems += [
+            f"run {run_id}: attempt {a} executed {n} times"
+            for a, n in attempts_seen.items()
+            if n > 1
+        ]
+    rows = {(a["run_id"], a["attempt"]): a for a in history}
+    done = {(e.run_id, e.attempt): e for e in executions}
+    for key, e in done.items():
+        row = rows.get(key)
+        if row is None:
+            problems.append(f"run {key[0]} attempt {key[1]}: executed, but no attempt row")
+            continue
+        if row["lease_token"] != e.lease_token:
+            problems.append(f"{_name(row)}: executed under token {e.lease_token}")
+        if e.end_ns is not None and row["outcome"] not in ("succeeded", "lease_lost"):
+            problems.append(
+                f"{_name(row)}: its handler completed, but it is recorded as {row['outcome']}"
+                f" ({row['error']!r}, worker {row['worker_id']})"
+            )
+    for key, row in rows.items():
+        ran = done.get(key)
+        unstarted = row["outcome"] == "interrupted" and "unstarted" in (row["error"] or "")
+        if unstarted and ran is not None:
+            state = "completed" if ran.end_ns is not None else "started"
+            problems.append(f"{_name(row)}: recorded {row['error']!r}, but its handler {state}")
+        if row["outcome"] == "succeeded" and (ran is None or ran.end_ns is None):
+            problems.append(f"{_name(row)}: recorded succeeded without a completed execution")
+    return problems
+
+
+def _name(row: asyncpg.Record) -> str:
+    return f"run {row['run_id']} attempt {row['attempt']}"
