@@ -33,7 +33,7 @@ from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
 from supervisor.keeper import Keeper
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS, Loop
+from supervisor.loop import DB_ERRORS, Loop, Pass
 from supervisor.metrics import Metrics
 from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.orphans import Orphans
@@ -73,10 +73,10 @@ class Listener(Loop):
         self.on_wake = on_wake
         self.conn: asyncpg.Connection | None = None
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> Pass:
         if self.conn is not None:
             if await self._usable(self.conn):
-                return None
+                return Pass()
             self.conn.terminate()
             self.conn = None
         conn = await open_connection(self.dsn, timeout=5)
@@ -91,7 +91,7 @@ class Listener(Loop):
         self.conn = conn
         log_event(log, "listener_connected", port=port)
         self.on_wake()  # notifications may have been missed while disconnected
-        return None
+        return Pass()
 
     async def _usable(self, conn: asyncpg.Connection) -> bool:
         if conn.is_closed():
@@ -118,9 +118,9 @@ class FenceWatch(Loop):
         super().__init__(interval, jitter=0.0)
         self.check = check
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> Pass:
         self.check()
-        return None
+        return Pass()
 
 
 class Supervisor:

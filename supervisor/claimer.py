@@ -16,14 +16,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
 from supervisor.faces import Slots
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS, Loop
+from supervisor.loop import DB_ERRORS, Loop, Pass
 from supervisor.store import Store
+
+
+@dataclass(frozen=True)
+class ClaimPass(Pass):
+    claimed: int = 0
+    skipped: int = 0  # missed or overlapping runs recorded as skipped before claiming
+    recovered: bool = False  # runs of a claim whose reply was lost were given back
 
 
 class Claimer(Loop):
@@ -61,18 +69,18 @@ class Claimer(Loop):
         self._backlog = False  # the last claim filled every free slot: more may be due
         self._refill_by: float | None = None
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> ClaimPass:
         if not self.types:
-            return None
+            return ClaimPass()
         free = self.slots.free_slots
         if free <= 0:
-            return self.interval  # a finishing run wakes us
+            return ClaimPass(self.interval)  # a finishing run wakes us
         if self._backlog and free < self.refill_batch:
             now = time.monotonic()
             if self._refill_by is None:
                 self._refill_by = now + self.refill_wait
             if now < self._refill_by:
-                return self._refill_by - now  # a finishing run wakes us sooner
+                return ClaimPass(self._refill_by - now)  # a finishing run wakes us sooner
         self._refill_by = None
         sent_at = time.monotonic()
         # Every run we start is in `held` from start() on, and this loop is the only claimer
@@ -84,7 +92,7 @@ class Claimer(Loop):
                 rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl, held)
         except asyncpg.UniqueViolationError:
             # Another host started a run of the same exclusive job at the same moment.
-            return 0.01
+            return ClaimPass(0.01)
         except DB_ERRORS:
             self.uncertain = True
             self._backlog = False
@@ -115,12 +123,13 @@ class Claimer(Loop):
                 queue_delay=round(delay, 3),
             )
             self.slots.start(row, sent_at)
+        done = ClaimPass(claimed=len(rows), skipped=len(skipped), recovered=recovered)
         if recovered:
             log_event(self.log, "claim_recovered", held=len(held or ()))
-            return 0.0  # runs given back just now are due: claim again at once
+            return replace(done, next_in=0.0)  # runs given back just now are due: claim again
         if len(rows) == free:
-            return 0.0 if self.slots.free_slots > 0 else self.interval
+            return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
         due_in = await self.store.next_due_in(self.types)
         if due_in is None:
-            return self.interval
-        return max(0.0, min(due_in, self.interval))
+            return replace(done, next_in=self.interval)
+        return replace(done, next_in=max(0.0, min(due_in, self.interval)))

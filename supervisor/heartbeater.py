@@ -10,11 +10,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from supervisor import lease
 from supervisor.faces import Leases
-from supervisor.loop import Loop
+from supervisor.loop import Loop, Pass
 from supervisor.store import Store
+
+
+@dataclass(frozen=True)
+class RenewPass(Pass):
+    renewed: int = 0  # leases the database extended
+    missing: int = 0  # leases it no longer had for us (their children are killed)
 
 
 class Heartbeater(Loop):
@@ -37,7 +44,7 @@ class Heartbeater(Loop):
         self.on_renewed = on_renewed  # how many leases a round renewed
         self.failures = 0
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> RenewPass:
         leases = self.holder.leases()
         sent_at = time.monotonic()
         try:
@@ -54,4 +61,4 @@ class Heartbeater(Loop):
         except Exception:
             self.failures += 1
             raise
-        return None
+        return RenewPass(renewed=len(ok), missing=len(leases) - len(ok))

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -43,6 +44,14 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Pass:
+    """What one `run_once()` did; each service extends it with its own counts, which tests
+    assert on. `next_in`: seconds until the next pass, None for the service's interval."""
+
+    next_in: float | None = None
+
+
 class Loop(ABC):
     """Calls `run_once()` every `interval` seconds (±jitter), or sooner after `wake()`."""
 
@@ -58,8 +67,8 @@ class Loop(ABC):
         self.log = logging.getLogger(f"punchclock.{self.name}")
 
     @abstractmethod
-    async def run_once(self) -> float | None:
-        """Do one iteration; may return how long to wait before the next (else `interval`)."""
+    async def run_once(self) -> Pass:
+        """Do one iteration and say what it did (and when the next is due)."""
 
     def wake(self) -> None:
         self._wake.set()
@@ -76,7 +85,7 @@ class Loop(ABC):
         backoff = 0.05
         while not self._stopping.is_set():
             try:
-                delay = await self.run_once()
+                delay = (await self.run_once()).next_in
                 backoff = 0.05
             except DB_ERRORS as exc:
                 self.errors += 1

@@ -9,12 +9,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from supervisor.log import log_event
-from supervisor.loop import Loop
+from supervisor.loop import Loop, Pass
 from supervisor.planning import PLAN_RETRY, PlanFailure, PlanLimits, plan_jobs
 from supervisor.store import Store
+
+
+@dataclass(frozen=True)
+class PlanPass(Pass):
+    jobs: int = 0  # jobs planned
+    runs: int = 0  # run rows inserted
+    failed: int = 0  # jobs this host could not plan (see `unplannable`)
 
 
 class Planner(Loop):
@@ -49,15 +57,16 @@ class Planner(Loop):
             ]
         }
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> PlanPass:
         """Plan every job that is due for planning, a batch per transaction."""
+        total = PlanPass()
         while not self.stopping:
             started = time.perf_counter()
             failures: list[PlanFailure] = []
             async with self.store.transaction() as tx:
                 jobs = await tx.pick_jobs_to_plan(self.batch)
                 if not jobs:
-                    return None
+                    return total
                 inserted = await plan_jobs(tx, jobs, jobs[0]["db_now"], self.limits, failures)
                 if inserted:
                     await tx.notify_wake()
@@ -79,6 +88,11 @@ class Planner(Loop):
             if self.on_planned:
                 self.on_planned(inserted, elapsed)
             log_event(self.log, "planned", jobs=len(jobs), runs=inserted, seconds=round(elapsed, 4))
+            total = PlanPass(
+                jobs=total.jobs + len(jobs) - len(failures),
+                runs=total.runs + inserted,
+                failed=total.failed + len(failures),
+            )
             if len(jobs) < self.batch:
-                return None
-        return None
+                return total
+        return total

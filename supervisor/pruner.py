@@ -7,11 +7,18 @@ SKIP LOCKED and commit separately, so several hosts share the work and no lock l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from supervisor.log import log_event
-from supervisor.loop import Loop
+from supervisor.loop import Loop, Pass
 from supervisor.store import Store
 
 DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class PrunePass(Pass):
+    pruned: int = 0  # finished runs deleted past retention
 
 
 class Pruner(Loop):
@@ -33,10 +40,10 @@ class Pruner(Loop):
         self.batch = batch
         self.pruned = 0
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> PrunePass:
         deleted = await self.store.prune_runs(self.keep_succeeded, self.keep_failed, self.batch)
         self.pruned += deleted
         if deleted:
             log_event(self.log, "runs_pruned", runs=deleted)
         # A full batch means more is waiting: continue at once, between transactions.
-        return 0.0 if deleted == self.batch else None
+        return PrunePass(0.0 if deleted == self.batch else None, pruned=deleted)

@@ -7,11 +7,19 @@ recorded as lease_lost; a run out of attempts becomes dead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from supervisor.log import log_event
-from supervisor.loop import Loop
+from supervisor.loop import Loop, Pass
+from supervisor.model import RunStatus
 from supervisor.store import Store
+
+
+@dataclass(frozen=True)
+class ReapPass(Pass):
+    reaped: int = 0  # runs whose lease had expired, given back or dead
+    dead: int = 0  # of those, out of attempts
 
 
 class Reaper(Loop):
@@ -30,7 +38,7 @@ class Reaper(Loop):
         self.batch = batch
         self.on_reaped = on_reaped
 
-    async def run_once(self) -> float | None:
+    async def run_once(self) -> ReapPass:
         async with self.store.transaction() as tx:
             rows = await tx.reap_expired(self.batch)
             if rows:
@@ -47,4 +55,5 @@ class Reaper(Loop):
             )
         if rows and self.on_reaped:
             self.on_reaped(rows)
-        return 0.0 if len(rows) == self.batch else None
+        dead = sum(1 for r in rows if r["status"] == RunStatus.DEAD)
+        return ReapPass(0.0 if len(rows) == self.batch else None, reaped=len(rows), dead=dead)

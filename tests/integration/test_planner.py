@@ -48,6 +48,8 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
         planners = [Planner(Store(p), LIMITS, batch=25) for p in pools]
         results = await asyncio.gather(*(p.run_once() for p in planners), return_exceptions=True)
         assert not [r for r in results if isinstance(r, BaseException)], results
+        # Between them the planners planned every job once (SKIP LOCKED split the work).
+        assert sum(r.jobs for r in results if not isinstance(r, BaseException)) == len(ids)
     finally:
         for p in pools:
             await p.close()
@@ -253,7 +255,8 @@ async def test_a_job_this_host_cannot_plan_is_skipped_not_fatal(store: Store) ->
     )
     await store._ex.execute("DELETE FROM runs")
     planner = Planner(store, LIMITS)
-    assert await planner.run_once() is None
+    first = await planner.run_once()
+    assert (first.next_in, first.jobs, first.failed) == (None, 1, 1)
     planned = await store._ex.fetch("SELECT DISTINCT job_id FROM runs")
     assert [r["job_id"] for r in planned] == [good["id"]]
     [failure] = planner.details()["unplannable_jobs"]

@@ -49,8 +49,10 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
         ids[0],
     )
     pruner = Pruner(store, keep_succeeded_days=30, keep_failed_days=90, batch=2)
-    while await pruner.run_once() == 0.0:  # full batches continue at once
-        pass
+    passes = [await pruner.run_once()]
+    while passes[-1].next_in == 0.0:  # full batches continue at once
+        passes.append(await pruner.run_once())
+    assert [p.pruned for p in passes] == [2, 2, 0]
     left = {r["id"] for r in await store._ex.fetch("select id from runs")}
     pruned = {ids[0], ids[2], ids[4], ids[5]}
     assert pruned.isdisjoint(left)

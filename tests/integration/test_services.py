@@ -11,10 +11,10 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from supervisor.claimer import Claimer
+from supervisor.claimer import Claimer, ClaimPass
 from supervisor.executor import Executor, Phase
 from supervisor.faces import AttemptEnded
-from supervisor.heartbeater import Heartbeater
+from supervisor.heartbeater import Heartbeater, RenewPass
 from supervisor.registry import Handler, Registry
 from supervisor.store import Store
 
@@ -57,10 +57,11 @@ async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
     slots = RecordingSlots(free=2)
     claimer = _claimer(store, slots)
     # Every slot filled: it waits for a finishing run to wake it (or the fallback poll).
-    assert await claimer.run_once() == claimer.interval
+    first = await claimer.run_once()
+    assert (first.next_in, first.claimed) == (claimer.interval, 2)
     assert len(slots.started) == 2 and {r["id"] for r in slots.started} < set(ids)
     assert all(r["attempts"] == 1 and r["lease_token"] >= 1 for r in slots.started)
-    assert await claimer.run_once() == claimer.interval
+    assert await claimer.run_once() == ClaimPass(claimer.interval)  # no slot: nothing claimed
     assert len(slots.started) == 2
     slots.free = 3
     await claimer.run_once()
@@ -76,8 +77,8 @@ async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold
     await claimer.run_once()
     slots.started = [r for r in slots.started if r["id"] == held]  # `lost`'s reply never came
     claimer.uncertain = True
-    assert await claimer.run_once() == 0.0  # given back: claim again at once
-    await claimer.run_once()
+    assert await claimer.run_once() == ClaimPass(0.0, recovered=True)  # claim again at once
+    assert (await claimer.run_once()).claimed == 1
     # Given back unstarted, then claimed again under a new lease.
     [again] = [r for r in slots.started if r["id"] == lost]
     assert again["attempts"] == 2
@@ -116,7 +117,7 @@ async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Stor
     holder = RecordingLeases([(i, rows[i]["lease_token"]) for i in (kept, taken)])
     renewed: list[int] = []
     hb = Heartbeater(store, owner="w1", lease_ttl=TTL, holder=holder, on_renewed=renewed.append)
-    await hb.run_once()
+    assert await hb.run_once() == RenewPass(renewed=1, missing=1)
     assert holder.answers == [{kept}] and renewed == [1]
     left = await store._ex.fetchval(
         "SELECT extract(epoch FROM lease_expires_at - now()) FROM runs WHERE id = $1", kept
