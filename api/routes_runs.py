@@ -1,8 +1,9 @@
-"""/v1/runs and /v1/workers: run history (keyset pages), one run with its attempts,
-requeue (single and bulk), cancel, and the workers list."""
+"""/v1/runs and /v1/workers: run history or, with upcoming=true, the plan ahead (keyset
+pages), one run with its attempts, requeue (single and bulk), cancel, and the workers list."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -50,15 +51,16 @@ async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
 
 @routes.get("/v1/runs")
 async def list_runs(request: web.Request) -> web.Response:
-    q = Query(request, FILTERS | {"limit", "cursor"}, repeatable=frozenset({"status"}))
-    filters = _filters(q)
+    q = Query(request, FILTERS | {"upcoming", "limit", "cursor"}, repeatable=frozenset({"status"}))
+    # History by default; upcoming=true lists the plan ahead. The mode is in the cursor's hash.
+    filters = replace(_filters(q), upcoming=q.boolean("upcoming") or False)
     limit = q.integer("limit", 1, MAX_PAGE, 100)
     token = q.text("cursor")
     q.done()
     assert limit is not None
     fhash = cursor.filters_hash("runs", filters.canonical())
-    before = cursor.parse_run_key(cursor.decode(token, fhash)) if token else runs.FIRST_PAGE
-    rows = await runs.list_runs(store(request), filters, before, limit + 1)
+    key = cursor.parse_run_key(cursor.decode(token, fhash)) if token else None
+    rows = await runs.list_runs(store(request), filters, key, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if more else None

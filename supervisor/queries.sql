@@ -451,15 +451,21 @@ WHERE r.id = $1::bigint;
 SELECT * FROM run_attempts WHERE run_id = $1::bigint ORDER BY attempt;
 
 -- name: list_runs_page
--- All runs, newest first: runs_history. $1/$2 the cursor (exclusive), $3/$4 the scheduled
--- range [after, before), $5/$6 the finished range (NULL: no filter).
+-- History: runs due by now (database clock), newest first on runs_history. $1/$2 the cursor
+-- (exclusive), clamped to (now(), max id) in the index condition itself: a plain
+-- `scheduled_at <= now()` beside the cursor lets the scan start at the first page's
+-- (infinity, max) key and step over every planned run. $3/$4 the scheduled range
+-- [after, before), $5/$6 the finished range (NULL: no filter). The variants below share
+-- the clamp (the upcoming ones clamp up to now).
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
        r.created_at
 FROM (
     SELECT * FROM runs
-    WHERE (scheduled_at, id) < ($1::timestamptz, $2::bigint)
+    WHERE (scheduled_at, id) < (LEAST($1::timestamptz, now()),
+                                CASE WHEN $1::timestamptz <= now() THEN $2::bigint
+                                     ELSE 9223372036854775807 END)
       AND scheduled_at >= $3::timestamptz AND scheduled_at < $4::timestamptz
       AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
       AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
@@ -469,7 +475,7 @@ FROM (
 ORDER BY r.scheduled_at DESC, r.id DESC;
 
 -- name: list_runs_by_status
--- Runs in any of $1 statuses: one runs_status_history range per status, merged.
+-- History in any of $1 statuses: one runs_status_history range per status, merged.
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
@@ -477,7 +483,10 @@ SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status,
 FROM unnest($1::run_status[]) AS s (status)
 CROSS JOIN LATERAL (
     SELECT * FROM runs x
-    WHERE x.status = s.status AND (x.scheduled_at, x.id) < ($2::timestamptz, $3::bigint)
+    WHERE x.status = s.status
+      AND (x.scheduled_at, x.id) < (LEAST($2::timestamptz, now()),
+                                    CASE WHEN $2::timestamptz <= now() THEN $3::bigint
+                                         ELSE 9223372036854775807 END)
       AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
       AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
       AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
@@ -489,7 +498,7 @@ ORDER BY r.scheduled_at DESC, r.id DESC
 LIMIT $8::int;
 
 -- name: list_runs_by_job
--- Runs of the jobs $1 (a name may map to several ids), optionally in statuses $2:
+-- History of the jobs $1 (a name may map to several ids), optionally in statuses $2:
 -- one runs_job_history range per job, merged.
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
@@ -499,7 +508,9 @@ FROM unnest($1::bigint[]) AS s (job_id)
 CROSS JOIN LATERAL (
     SELECT * FROM runs x
     WHERE x.job_id = s.job_id AND ($2::run_status[] IS NULL OR x.status = ANY ($2::run_status[]))
-      AND (x.scheduled_at, x.id) < ($3::timestamptz, $4::bigint)
+      AND (x.scheduled_at, x.id) < (LEAST($3::timestamptz, now()),
+                                    CASE WHEN $3::timestamptz <= now() THEN $4::bigint
+                                         ELSE 9223372036854775807 END)
       AND x.scheduled_at >= $5::timestamptz AND x.scheduled_at < $6::timestamptz
       AND ($7::timestamptz IS NULL OR x.finished_at >= $7::timestamptz)
       AND ($8::timestamptz IS NULL OR x.finished_at < $8::timestamptz)
@@ -508,6 +519,73 @@ CROSS JOIN LATERAL (
 ) r
 JOIN jobs j ON j.id = r.job_id
 ORDER BY r.scheduled_at DESC, r.id DESC
+LIMIT $9::int;
+
+-- name: list_runs_upcoming_page
+-- The plan ahead: runs scheduled after now(), soonest first (runs_history read backwards).
+-- $1/$2 the cursor (exclusive), clamped up to (now(), max id); the rest as list_runs_page.
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM (
+    SELECT * FROM runs
+    WHERE (scheduled_at, id) > (GREATEST($1::timestamptz, now()),
+                                CASE WHEN $1::timestamptz > now() THEN $2::bigint
+                                     ELSE 9223372036854775807 END)
+      AND scheduled_at >= $3::timestamptz AND scheduled_at < $4::timestamptz
+      AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
+    ORDER BY scheduled_at, id
+    LIMIT $7::int
+) r JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at, r.id;
+
+-- name: list_runs_upcoming_by_status
+-- The plan ahead in any of $1 statuses: runs_status_history backwards per status, merged.
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM unnest($1::run_status[]) AS s (status)
+CROSS JOIN LATERAL (
+    SELECT * FROM runs x
+    WHERE x.status = s.status
+      AND (x.scheduled_at, x.id) > (GREATEST($2::timestamptz, now()),
+                                    CASE WHEN $2::timestamptz > now() THEN $3::bigint
+                                         ELSE 9223372036854775807 END)
+      AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
+      AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
+      AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
+    ORDER BY x.scheduled_at, x.id
+    LIMIT $8::int
+) r
+JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at, r.id
+LIMIT $8::int;
+
+-- name: list_runs_upcoming_by_job
+-- The plan ahead of the jobs $1, optionally in statuses $2: runs_job_history backwards per
+-- job, merged.
+SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
+       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
+       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
+       r.created_at
+FROM unnest($1::bigint[]) AS s (job_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM runs x
+    WHERE x.job_id = s.job_id AND ($2::run_status[] IS NULL OR x.status = ANY ($2::run_status[]))
+      AND (x.scheduled_at, x.id) > (GREATEST($3::timestamptz, now()),
+                                    CASE WHEN $3::timestamptz > now() THEN $4::bigint
+                                         ELSE 9223372036854775807 END)
+      AND x.scheduled_at >= $5::timestamptz AND x.scheduled_at < $6::timestamptz
+      AND ($7::timestamptz IS NULL OR x.finished_at >= $7::timestamptz)
+      AND ($8::timestamptz IS NULL OR x.finished_at < $8::timestamptz)
+    ORDER BY x.scheduled_at, x.id
+    LIMIT $9::int
+) r
+JOIN jobs j ON j.id = r.job_id
+ORDER BY r.scheduled_at, r.id
 LIMIT $9::int;
 
 -- name: requeue_run

@@ -18,14 +18,20 @@ from supervisor.store import OpenRange, Record, RunKey, Store, TimeRange
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
 MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
 MAX_ID = 2**63 - 1
-FIRST_PAGE: RunKey = (INFINITY, MAX_ID)
+FIRST_PAGE: RunKey = (INFINITY, MAX_ID)  # history; the queries clamp it to (now(), max id)
+FIRST_UPCOMING: RunKey = (MINUS_INFINITY, 0)  # the plan ahead; clamped up to (now(), max id)
 REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
 CANCEL_REASON = "cancelled by the API"
 
 
 @dataclass(frozen=True)
 class RunFilters:
-    """The list filters; `scheduled_*`/`finished_*` are half-open ranges [after, before)."""
+    """The list filters; `scheduled_*`/`finished_*` are half-open ranges [after, before).
+
+    `upcoming` picks the list's mode (bulk requeue ignores it): False is history, runs with
+    scheduled_at <= now(), newest first; True is the plan ahead, scheduled_at > now(),
+    soonest first. The other filters narrow either mode. `now()` is the database's clock.
+    """
 
     job_id: int | None = None
     job_name: str | None = None
@@ -34,6 +40,7 @@ class RunFilters:
     scheduled_before: datetime | None = None
     finished_after: datetime | None = None
     finished_before: datetime | None = None
+    upcoming: bool = False
 
     def canonical(self) -> dict[str, Any]:
         """A stable form for hashing (cursors remember which filters made them)."""
@@ -41,6 +48,7 @@ class RunFilters:
             "job_id": self.job_id,
             "job_name": self.job_name,
             "status": sorted(set(self.statuses)),
+            "upcoming": self.upcoming,
             **{
                 name: None if value is None else value.isoformat()
                 for name, value in (
@@ -72,8 +80,13 @@ async def _job_ids(store: Store, f: RunFilters) -> list[int] | None:
     return ids
 
 
-async def list_runs(store: Store, f: RunFilters, before: RunKey, limit: int) -> list[Record]:
-    """Runs newest first, (scheduled_at, id) < `before`, at most `limit`."""
+async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int) -> list[Record]:
+    """At most `limit` runs in the filters' mode after the cursor `key` (None: first page):
+    history newest first with (scheduled_at, id) < key, or upcoming soonest first with
+    (scheduled_at, id) > key."""
+    if f.upcoming:
+        return await _list_upcoming(store, f, key or FIRST_UPCOMING, limit)
+    before = key or FIRST_PAGE
     if f.scheduled_before is not None:
         # The same rows (ids are positive), but the index scan starts at the range's end:
         # from the first page's (infinity, max) key it would step over every newer run.
@@ -89,6 +102,24 @@ async def list_runs(store: Store, f: RunFilters, before: RunKey, limit: int) -> 
     if statuses:
         return await store.list_runs_by_status(statuses, before, f.scheduled, f.finished, limit)
     return await store.list_runs_page(before, f.scheduled, f.finished, limit)
+
+
+async def _list_upcoming(store: Store, f: RunFilters, after: RunKey, limit: int) -> list[Record]:
+    if f.scheduled_after is not None:
+        after = max(after, (f.scheduled_after, 0))  # start the scan at the range's start
+    job_ids = await _job_ids(store, f)
+    statuses = sorted(set(f.statuses))
+    if job_ids is not None:
+        if not job_ids:
+            return []
+        return await store.list_runs_upcoming_by_job(
+            job_ids, statuses or None, after, f.scheduled, f.finished, limit
+        )
+    if statuses:
+        return await store.list_runs_upcoming_by_status(
+            statuses, after, f.scheduled, f.finished, limit
+        )
+    return await store.list_runs_upcoming_page(after, f.scheduled, f.finished, limit)
 
 
 async def run_detail(store: Store, run_id: int) -> tuple[Record, list[Record]]:

@@ -128,6 +128,78 @@ async def test_a_date_window_pages_through_exactly_its_runs(api: Client, store: 
         assert seen == expected, extra
 
 
+async def test_default_is_history_and_upcoming_is_the_plan_ahead(api: Client, store: Store) -> None:
+    """Issue 12: the list was newest scheduled_at first over every run, so a history's first
+    pages were the planned future. Default: due runs (scheduled_at <= now()) newest first;
+    upcoming=true: scheduled_at > now(), soonest first. Each pages through its runs exactly
+    once under every filter, and a cursor from one mode is refused in the other."""
+    jobs = [await _job(store, name) for name in ("alpha", "beta", "gamma")]
+    # Per job 12 due runs (the newest at the insert's now()) and 10 planned an hour or more
+    # ahead, at instants the jobs share (ties break on id); statuses vary in both.
+    await store._ex.execute(
+        """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
+           select j, now() + make_interval(mins => g), now(), 'echo', 3,
+                  (case when g > 0 and g % 4 = 0 then 'cancelled' when g > 0 then 'scheduled'
+                        else (array['succeeded', 'dead', 'scheduled'])[1 + -g % 3] end)::run_status
+           from (select generate_series(-11, 0) union all select generate_series(60, 69)) s (g),
+                unnest($1::bigint[]) j""",
+        jobs,
+    )
+    rows = await store._ex.fetch(
+        "select id, job_id, status, scheduled_at, scheduled_at > now() as ahead from runs"
+        " order by scheduled_at, id"
+    )
+    history = [r for r in reversed(rows) if not r["ahead"]]
+    ahead = [r for r in rows if r["ahead"]]
+    assert len(history) == 36 and len(ahead) == 30
+    cases: list[tuple[dict[str, str], Any]] = [
+        ({}, lambda r: True),
+        ({"status": "scheduled"}, lambda r: r["status"] == "scheduled"),
+        ({"job_id": str(jobs[1])}, lambda r: r["job_id"] == jobs[1]),
+        (
+            {"job_name": "gamma", "status": "scheduled,dead"},
+            lambda r: r["job_id"] == jobs[2] and r["status"] in ("scheduled", "dead"),
+        ),
+    ]
+    for params, keep in cases:
+        for mode, expected in (({}, history), ({"upcoming": "true"}, ahead)):
+            seen = await _walk(api, {**params, **mode}, limit=4)
+            want = [r["id"] for r in expected if keep(r)]
+            assert want and [r["id"] for r in seen] == want, (params, mode)
+        explicit = await _walk(api, {**params, "upcoming": "false"}, limit=100)
+        assert [r["id"] for r in explicit] == [r["id"] for r in history if keep(r)]
+    # A window reaching into the future is only its due part by default.
+    now = await store.now()
+    after = now - timedelta(minutes=2, seconds=30)
+    window = {"scheduled_after": after.isoformat(), "scheduled_before": "2999-01-01T00:00:00Z"}
+    got = await _walk(api, window, limit=2)
+    assert [r["id"] for r in got] == [r["id"] for r in history if r["scheduled_at"] >= after]
+    assert len(got) == 9
+    got = await _walk(api, {**window, "upcoming": "true"}, limit=7)
+    assert [r["id"] for r in got] == [r["id"] for r in ahead]
+    # Cursors carry their mode.
+    history_cursor = (await (await api.get("/v1/runs", params={"limit": "2"})).json())[
+        "next_cursor"
+    ]
+    ahead_cursor = (
+        await (await api.get("/v1/runs", params={"limit": "2", "upcoming": "true"})).json()
+    )["next_cursor"]
+    for token, params in (
+        (history_cursor, {"upcoming": "true"}),
+        (ahead_cursor, {}),
+        (ahead_cursor, {"upcoming": "false"}),
+    ):
+        resp = await api.get("/v1/runs", params={**params, "cursor": token})
+        assert resp.status == 422, await resp.text()
+        problem = await resp.json(content_type=None)
+        assert [e["field"] for e in problem["errors"]] == ["cursor"], problem
+    resp = await api.get("/v1/runs", params={"upcoming": "yes"})
+    assert resp.status == 422
+    assert (await resp.json(content_type=None))["errors"][0]["field"] == "upcoming"
+    resp = await api.post("/v1/runs/requeue", params={"upcoming": "true"})
+    assert resp.status == 422  # bulk requeue has no mode: dead and failed runs are history
+
+
 async def test_list_filters_and_cursor_rules(api: Client, store: Store) -> None:
     a, b = await _job(store, "alpha"), await _job(store, "beta")
     await insert_runs(store, a, 5, status="succeeded")
