@@ -237,6 +237,8 @@ def _run_filters(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 def runs_list(args: argparse.Namespace) -> int:
     query = [*_run_filters(args), ("limit", args.limit), ("cursor", args.cursor)]
+    if args.upcoming:
+        query.append(("upcoming", "true"))
     data = _pages(_client(args), "/v1/runs", "runs", query, args.all)
     return _out(args, data, fmt.runs_table)
 
@@ -339,8 +341,11 @@ def register_client_commands(sub: Any) -> None:
 
     runs = sub.add_parser("runs", help="inspect, requeue and cancel runs through the API")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
-    p = _leaf(rsub, "list", "list runs, newest first", runs_list)
+    p = _leaf(rsub, "list", "list runs due by now, newest first (or --upcoming)", runs_list)
     _run_filter_flags(p)
+    p.add_argument(
+        "--upcoming", action="store_true", help="the plan ahead: runs after now, soonest first"
+    )
     p.add_argument("--limit", type=int, help="page size, 1-500 (default 100)")
     p.add_argument("--cursor", help="next_cursor of a previous page")
     p.add_argument("--all", action="store_true", help="follow every page")

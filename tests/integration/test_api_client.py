@@ -147,6 +147,12 @@ async def test_runs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -
         assert code == 0, err
         assert out.splitlines()[0].split()[:4] == ["ID", "JOB", "SCHEDULED", "(UTC)"]
         assert len(out.splitlines()) == 5
+        # History by default; --upcoming is the plan ahead, soonest first (issue 12).
+        planned = await insert_runs(store, row["id"], 2, status="scheduled", start_s=-3600)
+        page = await cli.json("runs", "list", "--job", "nightly")
+        assert [r["id"] for r in page["runs"]] == [*dead, waiting]
+        page = await cli.json("runs", "list", "--upcoming", "--limit", "1", "--all")
+        assert [r["id"] for r in page["runs"]] == planned[::-1]
         page = await cli.json(
             "runs", "list", "--job", str(row["id"]), "--status", "dead", "--limit", "2", "--all"
         )
