@@ -73,6 +73,12 @@ def page(item: str, key: str) -> J:
 PATH_ID = param("id", "path", ID, "the id", required=True)
 LIMIT = param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size")
 CURSOR = param("cursor", "query", STR, "next_cursor of the previous page (same filters)")
+UPCOMING = param(
+    "upcoming",
+    "query",
+    {**BOOL, "default": False},
+    "false: history, runs due by now, newest first; true: runs after now, soonest first",
+)
 RUN_FILTERS = [
     param("job_id", "query", ID, "runs of this job"),
     param("job_name", "query", {"type": "string", "pattern": NAME}, "runs of jobs so named"),
@@ -191,8 +197,12 @@ PATHS: J = {
     "/v1/runs": {
         "get": {
             "operationId": "listRuns",
-            "summary": "Runs newest first (scheduled_at, id), keyset-paginated",
-            "parameters": [*RUN_FILTERS, LIMIT, CURSOR],
+            "summary": "Run history, or with upcoming=true the plan ahead; keyset-paginated",
+            "description": "By default runs due by now (scheduled_at <= the database's now()),"
+            " newest first on (scheduled_at, id). upcoming=true lists runs scheduled after now,"
+            " soonest first. The other filters narrow either list; a cursor belongs to the"
+            " filters and the mode that issued it (422 otherwise).",
+            "parameters": [*RUN_FILTERS, UPCOMING, LIMIT, CURSOR],
             "responses": responses({200: ("a page of runs", page("Run", "runs"))}),
         }
     },
