@@ -19,6 +19,7 @@ from aiohttp.typedefs import Middleware
 
 from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
 from supervisor.log import log_event
+from supervisor.store import DB_ERRORS
 
 log = logging.getLogger("punchclock.api")
 PROBLEM_JSON = "application/problem+json"
@@ -116,7 +117,7 @@ def error_middleware(max_body: int) -> Middleware:
             if exc.status < 400:
                 raise
             return _from_http_exception(exc, max_body)
-        except (TimeoutError, asyncpg.PostgresConnectionError, OSError) as exc:
+        except DB_ERRORS as exc:  # lost, restarting, read-only or shutting down (failover)
             log.warning(
                 "api_database_unavailable", extra={"punchclock_fields": {"error": str(exc)}}
             )

@@ -33,7 +33,7 @@ from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
 from supervisor.keeper import Keeper
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS, Loop, Pass
+from supervisor.loop import Loop, Pass
 from supervisor.metrics import Metrics
 from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.orphans import Orphans
@@ -43,7 +43,7 @@ from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import WAKE_CHANNEL, Store, create_pool, open_connection
+from supervisor.store import DB_ERRORS, WAKE_CHANNEL, Store, create_pool, open_connection
 
 log = logging.getLogger("punchclock.supervisor")
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds

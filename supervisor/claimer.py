@@ -19,12 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import asyncpg
-
+from supervisor.errors import UniqueConflict
 from supervisor.faces import Slots
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS, Loop, Pass
-from supervisor.store import Store
+from supervisor.loop import Loop, Pass
+from supervisor.store import DB_ERRORS, Store
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class Claimer(Loop):
             async with self.store.transaction() as tx:
                 skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
                 rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl, held)
-        except asyncpg.UniqueViolationError:
+        except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
             return ClaimPass(0.01)
         except DB_ERRORS:

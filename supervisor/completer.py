@@ -13,9 +13,8 @@ import logging
 import time
 
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS
 from supervisor.model import RunStatus
-from supervisor.store import Completion, Record, Store
+from supervisor.store import DB_ERRORS, Completion, Record, Store
 
 BATCH = 500
 

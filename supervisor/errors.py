@@ -15,6 +15,15 @@ class Conflict(PunchclockError):
     """The request contradicts the current state (duplicate name, wrong run status)."""
 
 
+class UniqueConflict(Conflict):
+    """A write hit a unique constraint (`constraint` names it): the store's translation of
+    the database's unique violation."""
+
+    def __init__(self, constraint: str, message: str) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
 class InvalidSpec(PunchclockError):
     """A user-supplied value is invalid. `field` names it (dotted for nested values)."""
 

@@ -26,12 +26,11 @@ from supervisor import lease
 from supervisor.completer import Completer
 from supervisor.faces import AttemptEnded
 from supervisor.log import log_event
-from supervisor.loop import DB_ERRORS
 from supervisor.model import RunStatus
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child, ChildResult, ChildSpec
-from supervisor.store import Completion, Store
+from supervisor.store import DB_ERRORS, Completion, Store
 from supervisor.verdict import ERROR_STDERR_CHARS, verdict
 
 DEFAULT_TIMEOUT = 3600.0

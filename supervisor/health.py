@@ -11,10 +11,9 @@ from typing import Any
 import asyncpg
 
 from supervisor.errors import SchemaMismatch
-from supervisor.loop import DB_ERRORS
 from supervisor.metrics import DatabaseSnapshot
 from supervisor.migrator import pending_migrations
-from supervisor.store import Store
+from supervisor.store import DB_ERRORS, Store
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:

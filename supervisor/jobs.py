@@ -12,10 +12,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
-
 from supervisor import schedule
-from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
 from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 from supervisor.planning import PlanLimits, plan_jobs
 from supervisor.store import Record, Store
@@ -298,7 +296,7 @@ async def create_job(store: Store, fields: dict[str, Any], limits: PlanLimits) -
         async with store.transaction() as tx:
             row = await tx.insert_job(fields)
             await _plan_now(tx, row["id"], limits)
-    except asyncpg.UniqueViolationError:
+    except UniqueConflict:
         raise Conflict(f"name: a job named {fields['name']!r} already exists") from None
     return row
 
@@ -322,7 +320,7 @@ async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -
             )
             if not row["paused"]:
                 await _plan_now(tx, job_id, limits)
-    except asyncpg.UniqueViolationError:
+    except UniqueConflict:
         raise Conflict(f"name: a job named {body.get('name')!r} already exists") from None
     return row
 

@@ -13,35 +13,8 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-import asyncpg
-
 from supervisor.log import log_event
-
-# What a lost or restarting database raises through asyncpg.
-DB_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    # 57P01: the server is shutting down (a failover stops the old primary). asyncpg closes
-    # the connection; the pool replaces it on the next acquire, on whichever host is writable.
-    asyncpg.AdminShutdownError,
-    # 25006: the server refuses writes (a standby, or a primary fenced read-only). Nothing was
-    # decided there; the store's pool drops its connections (store.create_pool) and the retry
-    # reconnects with target_session_attrs=read-write.
-    asyncpg.ReadOnlySQLTransactionError,
-    asyncpg.CrashShutdownError,
-    asyncpg.QueryCanceledError,
-    # Reconnect storms after a restart can briefly exceed max_connections.
-    asyncpg.TooManyConnectionsError,
-    # asyncpg's protocol can be caught between the server's "terminating connection" error
-    # and the socket closing ("cannot switch to state 15; another operation (2) is in
-    # progress", MagicStack/asyncpg#784, #1069). The pool drops that connection on release;
-    # the next attempt gets a fresh one, so it is retried like any lost connection.
-    asyncpg.InternalClientError,
-    ConnectionError,
-    OSError,
-    asyncio.TimeoutError,
-)
+from supervisor.store import DB_ERRORS
 
 
 @dataclass(frozen=True)

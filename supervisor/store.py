@@ -6,11 +6,12 @@ inside a transaction. Methods return plain records. Migrations live in migrator.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from importlib import resources
@@ -22,9 +23,48 @@ from asyncpg.connection import LoggedQuery
 from asyncpg.pool import PoolConnectionProxy
 
 from supervisor.config import split_hosts
+from supervisor.errors import UniqueConflict
 from supervisor.log import log_event
 
 Record = asyncpg.Record
+
+# What a lost or restarting database raises through asyncpg: a service that sees one backs
+# off and retries (loop.py). This module is the only one that names asyncpg's errors.
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    # 57P01: the server is shutting down (a failover stops the old primary). asyncpg closes
+    # the connection; the pool replaces it on the next acquire, on whichever host is writable.
+    asyncpg.AdminShutdownError,
+    # 25006: the server refuses writes (a standby, or a primary fenced read-only). Nothing was
+    # decided there; the store's pool drops its connections (store.create_pool) and the retry
+    # reconnects with target_session_attrs=read-write.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.CrashShutdownError,
+    asyncpg.QueryCanceledError,
+    # Reconnect storms after a restart can briefly exceed max_connections.
+    asyncpg.TooManyConnectionsError,
+    # asyncpg's protocol can be caught between the server's "terminating connection" error
+    # and the socket closing ("cannot switch to state 15; another operation (2) is in
+    # progress", MagicStack/asyncpg#784, #1069). The pool drops that connection on release;
+    # the next attempt gets a fresh one, so it is retried like any lost connection.
+    asyncpg.InternalClientError,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """asyncpg's unique violation becomes the domain's UniqueConflict (errors.py)."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError as exc:
+        raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
+
+
 Conn = asyncpg.Connection | PoolConnectionProxy
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -167,24 +207,29 @@ class Store:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Store]:
-        if not isinstance(self._ex, asyncpg.Pool):
-            async with self._ex.transaction():
-                yield Store(self._ex)
-            return
-        async with self._ex.acquire() as conn, conn.transaction():
-            yield Store(conn)
+        with _translated():  # a deferred unique check fails at COMMIT
+            if not isinstance(self._ex, asyncpg.Pool):
+                async with self._ex.transaction():
+                    yield Store(self._ex)
+                return
+            async with self._ex.acquire() as conn, conn.transaction():
+                yield Store(conn)
 
     async def _fetch(self, name: str, *args: Any) -> list[Record]:
-        return await self._ex.fetch(QUERIES[name], *args)
+        with _translated():
+            return await self._ex.fetch(QUERIES[name], *args)
 
     async def _fetchrow(self, name: str, *args: Any) -> Record | None:
-        return await self._ex.fetchrow(QUERIES[name], *args)
+        with _translated():
+            return await self._ex.fetchrow(QUERIES[name], *args)
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
-        return await self._ex.fetchval(QUERIES[name], *args)
+        with _translated():
+            return await self._ex.fetchval(QUERIES[name], *args)
 
     async def _execute(self, name: str, *args: Any) -> str:
-        return await self._ex.execute(QUERIES[name], *args)
+        with _translated():
+            return await self._ex.execute(QUERIES[name], *args)
 
     # ------------------------------------------------------------ misc
 

@@ -488,3 +488,23 @@ async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> No
             assert resp.content_type == "application/problem+json"
             problem = await resp.json(content_type=None)
             assert problem["errors"][0]["field"] == "query", problem
+
+
+async def test_a_read_only_server_answers_503_not_500(store: Store) -> None:
+    """After a failover a connection may still sit on the old primary, now read-only
+    (25006): the API says "retry later", as for a lost database."""
+    routes = web.RouteTableDef()
+
+    @routes.post("/probe/write")
+    async def probe(request: web.Request) -> web.Response:
+        async with store.transaction() as tx:
+            await tx._ex.execute("SET TRANSACTION READ ONLY")
+            await tx._ex.execute("CREATE TEMP TABLE refused ()")
+        return web.json_response({})
+
+    app = create_app(config(), store, extra_routes=list(routes))
+    async with TestClient(TestServer(app, host="127.0.0.1")) as api:
+        resp = await api.post("/probe/write")
+        assert resp.status == 503, await resp.text()
+        assert resp.headers["Retry-After"] == "1"
+        assert resp.content_type == "application/problem+json"

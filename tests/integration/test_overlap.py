@@ -7,6 +7,7 @@ import asyncio
 import asyncpg
 import pytest
 
+from supervisor.errors import UniqueConflict
 from supervisor.store import Completion, Store, create_pool
 
 from ..helpers import job
@@ -87,7 +88,9 @@ async def test_racing_claimers_never_run_an_exclusive_job_twice(
             )
             # A racer may lose on runs_one_running_exclusive; the claimer then retries.
             for r in results:
-                assert isinstance(r, list | asyncpg.UniqueViolationError), r
+                lost_race = isinstance(r, UniqueConflict)
+                assert isinstance(r, list) or lost_race, r
+                assert not lost_race or r.constraint == "runs_one_running_exclusive", r
             running = await store._ex.fetchval(
                 "SELECT count(*) FROM runs WHERE job_id=$1 AND status='running'", job_id
             )
