@@ -20,16 +20,15 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
-from supervisor.loop import DB_ERRORS
 from supervisor.migrator import migrate
-from supervisor.store import Store, connect, create_pool
+from supervisor.store import DB_ERRORS, Store, connect, create_pool
 
 from ..helpers import wait_for
 from .procs import Cluster, PidMonitor, Supervisor, ThrowawayPostgres, free_port, readyz
 from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses
 
 LEASE_TTL = 2.5
-OUTAGE = 5.0  # seconds the database stays stopped: twice the lease
+OUTAGE = 10.0  # seconds the database stays stopped: 4 leases, and every retry reaches its cap
 RUNS = 24  # three rounds of the eight slots, so a backlog waits through the fault
 WORK = 1.2  # each handler's seconds: children end during the outage, before any fence
 T = TypeVar("T")

@@ -181,6 +181,8 @@ async def _chaos(
     """Faults one at a time for SOAK_SECONDS; returns (pid, time_ns) of each SIGKILL."""
     kills: list[tuple[int, int]] = []
     generation = Counter[str]()
+    first = ["kill", "stop"]  # both faults surely happen, then the dice decide
+    rng.shuffle(first)
     t0 = time.monotonic()
     while time.monotonic() - t0 < SOAK_SECONDS:
         await asyncio.sleep(rng.uniform(0.5, 1.5))  # the chaos cadence, not synchronisation
@@ -189,7 +191,7 @@ async def _chaos(
         victim = rng.choice([s for s in sups if s.pid in busy] or sups)
         at = f"{time.monotonic() - t0:6.2f}s"
         children = [e.run_id for e in monitor.alive() if e.ppid == victim.pid]
-        if rng.random() < 0.5:
+        if (first.pop() if first else rng.choice(["kill", "stop"])) == "kill":
             victim.send(signal.SIGKILL)
             kills.append((victim.pid, time.time_ns()))
             assert victim.wait(10) == -signal.SIGKILL
