@@ -359,13 +359,6 @@ class Execution:
         return (self.pid, self.start_ns)
 
 
-def read_executions(path: Path) -> list[Execution]:
-    """Every execution in a stamps.csv, ends matched to starts (by run, attempt and pid)."""
-    monitor = PidMonitor(path)
-    monitor.read()
-    return list(monitor.executions.values())
-
-
 class PidMonitor:
     """An observer that trusts no punchclock code: it reads the stamps handlers/stamp.py
     writes and polls each reported pid, recording the last moment it was surely alive.

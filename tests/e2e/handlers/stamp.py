@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """E2E handler that stamps its own start and end, for observers that do not trust the code
-under test (overlap, orphan and outcome checks; see scenario.read_executions).
+under test (overlap, orphan and outcome checks: procs.PidMonitor, scenario.execution_problems).
 
 Payload: {"dir": D, "sleep": S} (seconds of work, default 0). Appends to D/stamps.csv, one
 O_APPEND write per line: `start,run_id,attempt,lease_token,pid,ppid,ns` as soon as it runs,
