@@ -1,9 +1,11 @@
 """Composes the supervisor's services in one TaskGroup and orders the shutdown.
 
-Shutdown (first SIGTERM/SIGINT): stop intake (planner, claimer, reaper) -> let children
-finish within the drain timeout while leases are still renewed -> kill what is left and
-release it without consuming an attempt -> flush completions -> stop the heartbeater ->
-mark the worker stopped -> close the pool. A second signal cuts the drain short.
+Shutdown (first SIGTERM/SIGINT) runs the phases in SHUTDOWN, each logged as
+`shutdown_phase`: stop intake (planner, claimer, reaper, listener, pruner) -> drain (children
+finish within the drain timeout while leases are still renewed) -> release (kill what is
+left, give it back without consuming an attempt) -> flush completions -> stop upkeep
+(heartbeater, fence watch); then the worker is marked stopped and the pool closed. A second
+signal cuts the drain short.
 """
 
 from __future__ import annotations
@@ -16,24 +18,24 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
-from asyncpg.exceptions import TargetServerAttributeNotMatched
 
 from supervisor import __version__, lease
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
+from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
 from supervisor.keeper import Keeper
+from supervisor.listener import Listener
 from supervisor.log import log_event
-from supervisor.loop import Loop, Pass
+from supervisor.loop import Loop
 from supervisor.metrics import Metrics
 from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.orphans import Orphans
@@ -43,7 +45,7 @@ from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import DB_ERRORS, WAKE_CHANNEL, Store, create_pool, open_connection
+from supervisor.store import DB_ERRORS, Store, create_pool
 
 log = logging.getLogger("punchclock.supervisor")
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds
@@ -51,76 +53,6 @@ log = logging.getLogger("punchclock.supervisor")
 # precision, long against the life of a trivial child. Measured with /bin/true (bench/):
 # claims of 8 instead of 1-2 runs cut the database's CPU per run by half.
 REFILL_WAIT = 0.005
-
-
-class Listener(Loop):
-    """Holds a LISTEN connection on a writable server and wakes the claimer on NOTIFY.
-
-    LISTEN is re-armed after every reconnect. Each second the connection is probed: a closed
-    or silent one, or one whose server stopped accepting writes (promoted elsewhere, fenced
-    read-only; NOTIFYs are sent where the writes go), is dropped and replaced, the host chosen
-    by the DSN's target_session_attrs. A wake follows each (re)connect: notifications may
-    have been missed meanwhile.
-    """
-
-    name = "listener"
-    # True on a server that takes writes (in recovery transaction_read_only is always on).
-    PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
-
-    def __init__(self, dsn: str, on_wake: Callable[[], None]) -> None:
-        super().__init__(1.0, jitter=0.0)
-        self.dsn = dsn
-        self.on_wake = on_wake
-        self.conn: asyncpg.Connection | None = None
-
-    async def run_once(self) -> Pass:
-        if self.conn is not None:
-            if await self._usable(self.conn):
-                return Pass()
-            self.conn.terminate()
-            self.conn = None
-        conn = await open_connection(self.dsn, timeout=5)
-        try:
-            if not await conn.fetchval(self.PROBE, timeout=5):
-                raise TargetServerAttributeNotMatched("the server refuses writes: no LISTEN here")
-            await conn.add_listener(WAKE_CHANNEL, lambda *_: self.on_wake())
-            port = await conn.fetchval("SELECT inet_server_port()", timeout=5)
-        except BaseException:
-            conn.terminate()
-            raise
-        self.conn = conn
-        log_event(log, "listener_connected", port=port)
-        self.on_wake()  # notifications may have been missed while disconnected
-        return Pass()
-
-    async def _usable(self, conn: asyncpg.Connection) -> bool:
-        if conn.is_closed():
-            reason = "closed"
-        else:
-            try:
-                if await conn.fetchval(self.PROBE, timeout=5):
-                    return True
-                reason = "read_only"
-            except DB_ERRORS as exc:
-                reason = repr(exc)
-        log_event(log, "listener_lost", level=logging.WARNING, reason=reason)
-        return False
-
-    async def close(self) -> None:
-        if self.conn is not None and not self.conn.is_closed():
-            await self.conn.close(timeout=2)
-
-
-class FenceWatch(Loop):
-    name = "fence"
-
-    def __init__(self, check: Callable[[], None], interval: float) -> None:
-        super().__init__(interval, jitter=0.0)
-        self.check = check
-
-    async def run_once(self) -> Pass:
-        self.check()
-        return Pass()
 
 
 class Supervisor:
@@ -345,34 +277,27 @@ class Supervisor:
             side_door = await start_side_door(host, port, routes)
         notifier = Notifier()
         notifier.ready(f"supervising {', '.join(types) or 'nothing'}")
-        completer_stop = asyncio.Event()
-        intake_loops: list[Loop] = [sv.planner, sv.claimer, sv.reaper, sv.listener, sv.pruner]
-        upkeep_loops: list[Loop] = [sv.heartbeater, sv.fence]
         try:
             async with asyncio.TaskGroup() as tg:
-                intake = [tg.create_task(s.run()) for s in intake_loops]
-                upkeep = [tg.create_task(s.run()) for s in upkeep_loops]
-                completer = tg.create_task(sv.executor.completer.run(completer_stop))
+                running = _Running(
+                    intake=[tg.create_task(s.run()) for s in sv.intake],
+                    upkeep=[tg.create_task(s.run()) for s in sv.upkeep],
+                    completer=tg.create_task(sv.executor.completer.run(sv.completer_stop)),
+                )
                 watchdog = tg.create_task(self._watchdog(notifier, sv.executor))
                 await self.stopping.wait()
                 notifier.stopping()
-                for s in intake_loops:
-                    s.stop()
-                await asyncio.gather(*intake)
                 started = time.monotonic()
-                drained = await sv.executor.drain(cfg.drain_timeout, self.hurry)
-                released = 0 if drained else await sv.executor.interrupt_all()
-                completer_stop.set()
-                await completer
-                for s in upkeep_loops:
-                    s.stop()
-                await asyncio.gather(*upkeep)
+                report: dict[str, Any] = {}
+                for phase in SHUTDOWN:
+                    log_event(log, "shutdown_phase", phase=phase.__name__.strip("_"))
+                    await phase(self, sv, running, report)
                 watchdog.cancel()
                 log_event(
                     log,
                     "supervisor_drained",
-                    clean=drained,
-                    released=released,
+                    clean=report["clean"],
+                    released=report["released"],
                     seconds=round(time.monotonic() - started, 3),
                 )
         finally:
@@ -407,6 +332,60 @@ class Services:
     fence: FenceWatch
     listener: Listener
     pruner: Pruner
+    completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def intake(self) -> list[Loop]:
+        """What takes new work: stopped first."""
+        return [self.planner, self.claimer, self.reaper, self.listener, self.pruner]
+
+    @property
+    def upkeep(self) -> list[Loop]:
+        """What keeps leases and fences while children finish: stopped last."""
+        return [self.heartbeater, self.fence]
+
+
+@dataclass
+class _Running:
+    intake: list[asyncio.Task[None]]
+    upkeep: list[asyncio.Task[None]]
+    completer: asyncio.Task[None]
+
+
+# The shutdown order (ARCHITECTURE.md, River's producer/completer order), one phase each.
+async def _stop_intake(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+    """Planner, claimer, reaper, listener and pruner stop between passes."""
+    for s in sv.intake:
+        s.stop()
+    await asyncio.gather(*run.intake)
+
+
+async def _drain(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+    """Children get the drain timeout (a second signal cuts it short); leases are renewed."""
+    out["clean"] = await sv.executor.drain(sup.cfg.drain_timeout, sup.hurry)
+
+
+async def _release(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+    """What is still running is killed and given back without consuming an attempt."""
+    out["released"] = 0 if out["clean"] else await sv.executor.interrupt_all()
+
+
+async def _flush_completions(
+    sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]
+) -> None:
+    """Queued results are recorded (an unreachable database: given up after one TTL)."""
+    sv.completer_stop.set()
+    await run.completer
+
+
+async def _stop_upkeep(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+    """Only now do heartbeats and the fence watch stop: no lease is left to keep."""
+    for s in sv.upkeep:
+        s.stop()
+    await asyncio.gather(*run.upkeep)
+
+
+SHUTDOWN = (_stop_intake, _drain, _release, _flush_completions, _stop_upkeep)
 
 
 def _record_attempt(m: Metrics, ended: AttemptEnded) -> None:

@@ -36,6 +36,9 @@ async def test_sigterm_drains_then_releases_unfinished_runs(
 
     [drained] = a.events("supervisor_drained")
     assert drained["clean"] is False and drained["released"] == 2, drained
+    # The declared order, as it happened: leases are kept until nothing is left to keep.
+    phases = [e["phase"] for e in a.events("shutdown_phase")]
+    assert phases == ["stop_intake", "drain", "release", "flush_completions", "stop_upkeep"]
     row = (await runs(store, [short_id]))[short_id]
     assert row["status"] == "succeeded", "the drain let the short run finish"
     assert [(h["worker_id"], h["outcome"]) for h in await attempts(store, short_id)] == [

@@ -1,0 +1,73 @@
+"""The listener service: a LISTEN connection of its own that wakes the claimer on NOTIFY."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import asyncpg
+from asyncpg.exceptions import TargetServerAttributeNotMatched
+
+from supervisor.log import log_event
+from supervisor.loop import Loop, Pass
+from supervisor.store import DB_ERRORS, WAKE_CHANNEL, open_connection
+
+log = logging.getLogger("punchclock.listener")
+
+
+class Listener(Loop):
+    """Holds a LISTEN connection on a writable server and wakes the claimer on NOTIFY.
+
+    LISTEN is re-armed after every reconnect. Each second the connection is probed: a closed
+    or silent one, or one whose server stopped accepting writes (promoted elsewhere, fenced
+    read-only; NOTIFYs are sent where the writes go), is dropped and replaced, the host chosen
+    by the DSN's target_session_attrs. A wake follows each (re)connect: notifications may
+    have been missed meanwhile.
+    """
+
+    name = "listener"
+    # True on a server that takes writes (in recovery transaction_read_only is always on).
+    PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
+
+    def __init__(self, dsn: str, on_wake: Callable[[], None]) -> None:
+        super().__init__(1.0, jitter=0.0)
+        self.dsn = dsn
+        self.on_wake = on_wake
+        self.conn: asyncpg.Connection | None = None
+
+    async def run_once(self) -> Pass:
+        if self.conn is not None:
+            if await self._usable(self.conn):
+                return Pass()
+            self.conn.terminate()
+            self.conn = None
+        conn = await open_connection(self.dsn, timeout=5)
+        try:
+            if not await conn.fetchval(self.PROBE, timeout=5):
+                raise TargetServerAttributeNotMatched("the server refuses writes: no LISTEN here")
+            await conn.add_listener(WAKE_CHANNEL, lambda *_: self.on_wake())
+            port = await conn.fetchval("SELECT inet_server_port()", timeout=5)
+        except BaseException:
+            conn.terminate()
+            raise
+        self.conn = conn
+        log_event(log, "listener_connected", port=port)
+        self.on_wake()  # notifications may have been missed while disconnected
+        return Pass()
+
+    async def _usable(self, conn: asyncpg.Connection) -> bool:
+        if conn.is_closed():
+            reason = "closed"
+        else:
+            try:
+                if await conn.fetchval(self.PROBE, timeout=5):
+                    return True
+                reason = "read_only"
+            except DB_ERRORS as exc:
+                reason = repr(exc)
+        log_event(log, "listener_lost", level=logging.WARNING, reason=reason)
+        return False
+
+    async def close(self) -> None:
+        if self.conn is not None and not self.conn.is_closed():
+            await self.conn.close(timeout=2)
