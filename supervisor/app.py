@@ -28,10 +28,10 @@ from supervisor import __version__, lease
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
 from supervisor.executor import Executor
-from supervisor.faces import AttemptEnded
 from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
 from supervisor.httpd import health_routes, start_side_door
+from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
 from supervisor.keeper import Keeper
 from supervisor.listener import Listener
 from supervisor.log import log_event
@@ -145,7 +145,7 @@ class Supervisor:
             orphans=self.orphans,
             on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
             on_started=lambda type_, delay: m.queue_delay.record(delay, {"type": type_}),
-            on_ended=lambda ended: _record_attempt(m, ended),
+            on_ended=lambda ended: record_attempt(m, ended),
         )
         claimer = Claimer(
             store,
@@ -155,7 +155,7 @@ class Supervisor:
             lease_ttl=cfg.lease_ttl,
             misfire_grace=cfg.misfire_grace,
             poll_interval=cfg.poll_interval,
-            on_skipped=lambda rows: _record_skipped(m, rows),
+            on_skipped=lambda rows: record_skipped(m, rows),
             on_claim_latency=m.claim_latency.record,
             refill_batch=cfg.effective_concurrency,
             refill_wait=REFILL_WAIT,
@@ -173,7 +173,7 @@ class Supervisor:
         reaper = Reaper(
             store,
             interval=max(0.2, cfg.lease_ttl / 4),
-            on_reaped=lambda rows: _record_reaped(m, rows),
+            on_reaped=lambda rows: record_reaped(m, rows),
         )
 
         heartbeater = Heartbeater(
@@ -196,42 +196,7 @@ class Supervisor:
             keep_failed_days=cfg.retention_failed_days,
         )
         loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence, pruner]
-        m.gauge(
-            "punchclock_running_children",
-            "Children running now",
-            lambda: [(executor.running, {})],
-        )
-        m.gauge("punchclock_free_slots", "Free run slots", lambda: [(executor.free_slots, {})])
-        m.counter(
-            "punchclock_db_errors",
-            "Database errors seen by each service",
-            lambda: [(s.errors, {"service": s.name}) for s in loops],
-        )
-        m.counter(
-            "punchclock_lease_renewal_failures",
-            "Lease renewal rounds that failed",
-            lambda: [(heartbeater.failures, {})],
-        )
-        m.counter(
-            "punchclock_self_fenced_kills",
-            "Children killed by self-fencing",
-            lambda: [(executor.self_fenced, {})],
-        )
-        m.counter(
-            "punchclock_completions_refused",
-            "Results the database refused as they were (recorded without output tails)",
-            lambda: [(executor.completer.refused, {})],
-        )
-        m.counter(
-            "punchclock_orphans_killed",
-            "Daemons left behind by handlers, adopted by this supervisor and killed",
-            lambda: [(self.orphans.killed, {})],
-        )
-        m.counter(
-            "punchclock_plan_failures",
-            "Planning passes that skipped a job this host cannot plan (see /readyz)",
-            lambda: [(planner.plan_failures, {})],
-        )
+        instrument(m, executor, heartbeater, planner, self.orphans, loops)
         return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
@@ -386,25 +351,3 @@ async def _stop_upkeep(sup: Supervisor, sv: Services, run: _Running, out: dict[s
 
 
 SHUTDOWN = (_stop_intake, _drain, _release, _flush_completions, _stop_upkeep)
-
-
-def _record_attempt(m: Metrics, ended: AttemptEnded) -> None:
-    m.count_attempt(ended.job_name, ended.type, ended.outcome)
-    if ended.duration is not None:
-        m.run_duration.record(ended.duration, {"type": ended.type})
-    if ended.dead:
-        m.runs_dead.add(1, {"job": ended.job_name, "type": ended.type})
-
-
-def _record_skipped(m: Metrics, rows: list[Any]) -> None:
-    for r in rows:
-        m.runs_skipped.add(1, {"reason": r["reason"]})
-
-
-def _record_reaped(m: Metrics, rows: list[Any]) -> None:
-    for r in rows:
-        m.reaped.add(1)
-        attrs = {"job": r["job_name"], "type": r["type"]}
-        m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
-        if r["status"] == "dead":
-            m.runs_dead.add(1, attrs)

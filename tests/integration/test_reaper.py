@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.app import _record_reaped
+from supervisor.instruments import record_reaped
 from supervisor.metrics import Metrics
 from supervisor.reaper import Reaper, ReapPass
 from supervisor.store import Store
@@ -19,7 +19,7 @@ async def test_reaped_attempts_are_labelled_like_executed_ones(store: Store) -> 
     )
     metrics = Metrics("test")
     try:
-        reaper = Reaper(store, interval=60, on_reaped=lambda rows: _record_reaped(metrics, rows))
+        reaper = Reaper(store, interval=60, on_reaped=lambda rows: record_reaped(metrics, rows))
         assert await reaper.run_once() == ReapPass(reaped=1, dead=1)
         text = metrics.render().decode()
     finally:

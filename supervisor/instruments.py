@@ -1,0 +1,83 @@
+"""The supervisor's metrics: what its services and the executor report, recorded from typed
+values and read from counters they keep (never derived from log event names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.executor import Executor
+from supervisor.faces import AttemptEnded
+from supervisor.heartbeater import Heartbeater
+from supervisor.loop import Loop
+from supervisor.metrics import Metrics
+from supervisor.orphans import Orphans
+from supervisor.planner import Planner
+
+
+def instrument(
+    m: Metrics,
+    executor: Executor,
+    heartbeater: Heartbeater,
+    planner: Planner,
+    orphans: Orphans,
+    loops: list[Loop],
+) -> None:
+    """Gauges and counters read at scrape time from what the services count anyway."""
+    m.gauge(
+        "punchclock_running_children",
+        "Children running now",
+        lambda: [(executor.running, {})],
+    )
+    m.gauge("punchclock_free_slots", "Free run slots", lambda: [(executor.free_slots, {})])
+    m.counter(
+        "punchclock_db_errors",
+        "Database errors seen by each service",
+        lambda: [(s.errors, {"service": s.name}) for s in loops],
+    )
+    m.counter(
+        "punchclock_lease_renewal_failures",
+        "Lease renewal rounds that failed",
+        lambda: [(heartbeater.failures, {})],
+    )
+    m.counter(
+        "punchclock_self_fenced_kills",
+        "Children killed by self-fencing",
+        lambda: [(executor.self_fenced, {})],
+    )
+    m.counter(
+        "punchclock_completions_refused",
+        "Results the database refused as they were (recorded without output tails)",
+        lambda: [(executor.completer.refused, {})],
+    )
+    m.counter(
+        "punchclock_orphans_killed",
+        "Daemons left behind by handlers, adopted by this supervisor and killed",
+        lambda: [(orphans.killed, {})],
+    )
+    m.counter(
+        "punchclock_plan_failures",
+        "Planning passes that skipped a job this host cannot plan (see /readyz)",
+        lambda: [(planner.plan_failures, {})],
+    )
+
+
+def record_attempt(m: Metrics, ended: AttemptEnded) -> None:
+    m.count_attempt(ended.job_name, ended.type, ended.outcome)
+    if ended.duration is not None:
+        m.run_duration.record(ended.duration, {"type": ended.type})
+    if ended.dead:
+        m.runs_dead.add(1, {"job": ended.job_name, "type": ended.type})
+
+
+def record_skipped(m: Metrics, rows: list[Any]) -> None:
+    for r in rows:
+        m.runs_skipped.add(1, {"reason": r["reason"]})
+
+
+def record_reaped(m: Metrics, rows: list[Any]) -> None:
+    for r in rows:
+        m.reaped.add(1)
+        attrs = {"job": r["job_name"], "type": r["type"]}
+        m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
+        if r["status"] == "dead":
+            m.runs_dead.add(1, attrs)
