@@ -93,11 +93,16 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from supervisor.pgserver import PgServerError
     from supervisor.up import run_up
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
-    return run_up(cfg, demo=not args.no_demo, data_dir=args.data_dir)
+    try:
+        return run_up(cfg, demo=not args.no_demo, data_dir=args.data_dir)
+    except PgServerError as exc:  # expected (no binaries, dir in use, wrong major): no traceback
+        print(f"punchclock up: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def cmd_api(args: argparse.Namespace) -> int:

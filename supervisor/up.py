@@ -27,6 +27,10 @@ from supervisor.planning import PlanLimits
 from supervisor.store import Store, connect
 
 PR_SET_PDEATHSIG = 1
+_WAYS_OUT = (
+    "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "
+    "install PostgreSQL {major}'s server, or remove {data_dir} (its data is lost)"
+)
 DEMO_JOBS: list[dict[str, Any]] = [
     {
         "name": "demo-every-10-seconds",
@@ -109,7 +113,8 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
 
 
 def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> int:
-    from supervisor.pgserver import LocalPostgres, default_data_dir
+    """Raises PgServerError (the CLI prints it) when the embedded server cannot start."""
+    from supervisor.pgserver import IncompatibleDataDir, LocalPostgres, default_data_dir
 
     server = None
     dsn = cfg.database_url
@@ -117,7 +122,10 @@ def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> i
         data_dir = data_dir or default_data_dir()
         print(f"starting embedded PostgreSQL in {data_dir} ...", flush=True)
         server = LocalPostgres(data_dir, persistent=True)
-        dsn = server.start()
+        try:
+            dsn = server.start()
+        except IncompatibleDataDir as exc:
+            raise IncompatibleDataDir(exc.data_dir, exc.major, exc.found, _WAYS_OUT) from None
     try:
         host, port = parse_listen(cfg.api_listen)
         api = f"{host}:{port}"

