@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 
-from supervisor.keeper import CHILD_ID_ENV
+from supervisor.keeperd import CHILD_ID_ENV
 from supervisor.log import log_event
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from supervisor import tree
-from supervisor.keeper import CHILD_ID_ENV, INSTANCE_ENV
+from supervisor.keeperd import CHILD_ID_ENV, INSTANCE_ENV
 from supervisor.output import Tail
 from supervisor.spawn import spawn_error_text, start_process
 

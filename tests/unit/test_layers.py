@@ -31,8 +31,8 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "executor", "faces", "keeper", "lease", "loop", "orphans", "output", "registry", "runner",
-    "sdnotify", "spawn", "tree", "verdict",
+    "executor", "faces", "keeper", "keeperd", "lease", "loop", "orphans", "output",
+    "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
 TOP = {"__main__", "app", "cli", "instruments"}
 LAYERS = {"core": CORE, "local": LOCAL, "services": SERVICES, "daemon": DAEMON, "top": TOP}

@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.keeper import CHILD_ID_ENV, Keeper
+from supervisor.keeper import Keeper
+from supervisor.keeperd import CHILD_ID_ENV
 from supervisor.runner import Child, ChildResult, ChildSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -383,7 +384,8 @@ async def test_many_concurrent_children_leak_no_fds() -> None:
 FAKE_SUPERVISOR = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from supervisor.keeper import CHILD_ID_ENV, Keeper
+from supervisor.keeper import Keeper
+from supervisor.keeperd import CHILD_ID_ENV
 from supervisor.runner import Child, ChildSpec
 
 async def main():
@@ -496,7 +498,8 @@ async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
 FROZEN_SUPERVISOR = """
 import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from supervisor.keeper import CHILD_ID_ENV, Keeper
+from supervisor.keeper import Keeper
+from supervisor.keeperd import CHILD_ID_ENV
 from supervisor.runner import Child, ChildSpec
 
 async def main():

@@ -1,0 +1,142 @@
+"""The keeper process: a tiny companion that kills a supervisor's children when the
+supervisor can no longer be trusted to: when it dies without closing the keeper (SIGKILL,
+OOM kill, crash), and when a child's kill-by deadline passes unrenewed (the supervisor is
+frozen, or its event loop is blocked, past the child's lease). It kills nothing else. The
+supervisor's handle on it is `keeper.Keeper`.
+
+Run as `python -m supervisor.keeperd <instance_id>`; it reads lines on stdin:
+`+<pgid> <kill_by> <child_id>` registers (or moves the deadline of) a child's process group,
+`-<pgid>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
+(time.monotonic(), the same clock in every process of the host), 0 for none. At kill_by the
+keeper SIGKILLs the group and every process carrying PUNCHCLOCK_CHILD_ID=<child_id> (a
+descendant that left the group). When the supervisor is gone (parentwatch: EOF without
+`exit`, or a new parent) it SIGKILLs every registered group and every process whose
+environment carries PUNCHCLOCK_SUPERVISOR_INSTANCE=<instance_id> (a child spawned after its
+last message).
+
+This module imports only the stdlib's os, sys, signal, select and time, and parentwatch
+(about 9 MB RSS; asyncio would double it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from supervisor.parentwatch import ParentPipe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+INSTANCE_ENV = "PUNCHCLOCK_SUPERVISOR_INSTANCE"
+CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
+READY = b"ready\n"  # written once the keeper ignores terminal signals and reads its stdin
+
+
+def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:
+    try:
+        kill(target, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
+
+
+def _kill_marked(marker: bytes) -> None:
+    """SIGKILL every process whose environment holds `marker` (NAME=value)."""
+    me = os.getpid()
+    # Repeat: a marked process may fork between our reading its environ and killing it.
+    for _ in range(5):
+        killed = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                killed = _sigkill(os.kill, int(name)) or killed
+        if not killed:
+            return
+
+
+def _kill_everything(groups: dict[int, tuple[float, str]], instance_id: str) -> None:
+    for pgid in groups:
+        _sigkill(os.killpg, pgid)
+    _kill_marked(f"{INSTANCE_ENV}={instance_id}".encode())
+
+
+def _kill_overdue(groups: dict[int, tuple[float, str]], now: float) -> None:
+    """Kill every child whose kill-by deadline passed without a renewal moving it."""
+    for pgid, (kill_by, child_id) in list(groups.items()):
+        if kill_by and kill_by <= now:
+            del groups[pgid]
+            _sigkill(os.killpg, pgid)
+            if child_id:
+                _kill_marked(f"{CHILD_ID_ENV}={child_id}".encode())
+            late = round(now - kill_by, 3)
+            sys.stderr.write(
+                f'{{"event": "keeper_deadline_kill", "pgid": {pgid}, "late_seconds": {late}}}\n'
+            )
+
+
+def _apply(line: bytes, groups: dict[int, tuple[float, str]]) -> bool:
+    """Apply one message; False for `exit`."""
+    if line == b"exit":
+        return False
+    op, _, rest = line.partition(b" ")
+    if op[1:].isdigit():
+        pgid = int(op[1:])
+        if op[:1] == b"+":
+            kill_by, _, child_id = rest.partition(b" ")
+            try:
+                deadline = float(kill_by) if kill_by else 0.0
+            except ValueError:
+                deadline = 0.0
+            groups[pgid] = (deadline, child_id.decode(errors="replace"))
+        elif op[:1] == b"-":
+            groups.pop(pgid, None)
+    return True
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m supervisor.keeperd <instance_id>\n")
+        return 2
+    instance_id = argv[1]
+    # Ctrl-C or a TERM sent to the whole group must not remove the safety net first.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    pipe = ParentPipe()
+    try:
+        # Being the OOM killer's last choice is the point; it only works with CAP_SYS_RESOURCE.
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("-1000")
+    except OSError:
+        pass
+    os.write(1, READY)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+    groups: dict[int, tuple[float, str]] = {}  # pgid -> (kill_by, child_id)
+    while True:
+        now = time.monotonic()
+        _kill_overdue(groups, now)
+        next_due = min((t for t, _ in groups.values() if t), default=None)
+        lines = pipe.read(None if next_due is None else max(0.0, next_due - now))
+        if lines is None:
+            break  # the supervisor is gone
+        for line in lines:
+            if not _apply(line, groups):
+                return 0
+    _kill_everything(groups, instance_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))
