@@ -93,7 +93,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from supervisor.pgserver import PgServerError
+    from supervisor.pgbin import PgServerError
     from supervisor.up import run_up
 
     cfg = _config(args)

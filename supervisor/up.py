@@ -102,10 +102,10 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
             if existing is None:
                 await jobs.create_job(store, jobs.validate_job(body), PlanLimits())
                 created.append(spec["name"])
-            elif existing["payload"] != body.get("payload", {}):
+            elif existing.spec.payload != body.get("payload", {}):
                 # The API may listen elsewhere this time: keep the health check pointed at it.
                 await jobs.update_job(
-                    store, existing["id"], {"payload": body["payload"]}, PlanLimits()
+                    store, existing.id, {"payload": body["payload"]}, PlanLimits()
                 )
         return created
     finally:
@@ -114,7 +114,8 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
 
 def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> int:
     """Raises PgServerError (the CLI prints it) when the embedded server cannot start."""
-    from supervisor.pgserver import IncompatibleDataDir, LocalPostgres, default_data_dir
+    from supervisor.pgbin import IncompatibleDataDir, default_data_dir
+    from supervisor.pgserver import LocalPostgres
 
     server = None
     dsn = cfg.database_url

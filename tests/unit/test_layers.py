@@ -19,7 +19,7 @@ CORE = {
     "__init__", "config", "errors", "health", "httpd", "jobs", "log", "metrics", "migrator",
     "model", "planning", "runs", "schedule", "store",
 }  # fmt: skip
-LOCAL = {"pgchain", "pgserver", "up"}
+LOCAL = {"pgbin", "pgchain", "pgserver", "up", "watchdog"}
 SERVICES = {
     "claimer",
     "completer",

