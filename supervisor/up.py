@@ -2,14 +2,14 @@
 
 Starts (or reuses) an embedded PostgreSQL when no database URL is given, migrates, creates
 demo jobs, then runs one supervisor and the API as child processes. Ctrl-C drains and
-stops everything; if `up` itself is killed, its children get SIGTERM (PR_SET_PDEATHSIG) and
-the database's watchdog stops the server.
+stops everything; if `up` itself is killed, watchdog processes (watchdog.py) stop its children
+the same way (SIGTERM, SIGKILL if they outlast the drain) and the database.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
+import contextlib
 import os
 import secrets
 import signal
@@ -20,13 +20,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from supervisor import jobs
+from supervisor import jobs, parentwatch
 from supervisor.config import Config, parse_listen
 from supervisor.migrator import migrate
 from supervisor.planning import PlanLimits
 from supervisor.store import Store, connect
+from supervisor.watchdog import watch_line
 
-PR_SET_PDEATHSIG = 1
 _WAYS_OUT = (
     "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "
     "install PostgreSQL {major}'s server, or remove {data_dir} (its data is lost)"
@@ -53,20 +53,9 @@ DEMO_JOBS: list[dict[str, Any]] = [
 ]
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when `up` dies, so nothing is left running."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # `up` runs no threads here, so preexec_fn is safe; its own session keeps Ctrl-C for us.
-    return subprocess.Popen(
-        argv,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
-    )
+    # Own session: Ctrl-C reaches `up` alone, which then stops the children in order.
+    return subprocess.Popen(argv, env=env, start_new_session=True)
 
 
 def _token_file(data_dir: Path | None) -> Path:
@@ -151,7 +140,14 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
     supervise = [*base, "supervise", *[a for h in handlers for a in ("--handlers", h)]]
     if cfg.metrics_listen:
         supervise += ["--metrics-listen", cfg.metrics_listen]
-    children = {"supervisor": _spawn(supervise, env), "api": _spawn([*base, "api"], env)}
+    drain = cfg.drain_timeout + cfg.kill_grace + 5
+    # Started first, it stops the children as below if `up` dies however it dies.
+    watchdog = parentwatch.spawn("supervisor.watchdog", [], start_new_session=True)
+    assert watchdog.stdin is not None
+    children = {}
+    for name, argv in (("supervisor", supervise), ("api", [*base, "api"])):
+        children[name] = child = _spawn(argv, env)
+        watchdog.stdin.write(watch_line(child.pid, [(signal.SIGTERM, drain), (signal.SIGKILL, 0)]))
     _banner(api, token, created, handlers)
     stop = {"signal": 0}
 
@@ -167,7 +163,7 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
         for p in children.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + cfg.drain_timeout + cfg.kill_grace + 5
+        deadline = time.monotonic() + drain
         for p in children.values():
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
@@ -181,6 +177,15 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        _close(watchdog)
+
+
+def _close(watchdog: subprocess.Popen[bytes]) -> None:
+    # EOF: it exits at once, after stopping any child still running (an error cut `up` short).
+    assert watchdog.stdin is not None
+    watchdog.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watchdog.wait(1)
 
 
 def _banner(api: str, token: str, created: list[str], handlers: list[str]) -> None:

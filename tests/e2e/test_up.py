@@ -1,4 +1,5 @@
-"""`punchclock up` with a database URL: supervisor + API come up, demo jobs run, Ctrl-C stops all."""
+"""`punchclock up` with a database URL: supervisor + API come up, demo jobs run, Ctrl-C stops all;
+a killed `up` leaves nothing running."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 from supervisor.store import Store
 
@@ -30,18 +33,22 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
         return 0, {}
 
 
+def _start_up(dsn: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    env["HOME"] = str(tmp_path)  # the admin token file lands in ~/.config/punchclock
+    with (tmp_path / "up.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
+             "--api-listen", f"127.0.0.1:{port}"],
+            cwd=ROOT, env=env, stdout=log, stderr=log,
+        )  # fmt: skip
+
+
 async def test_up_runs_everything_and_ctrl_c_stops_it(
     dsn: str, store: Store, tmp_path: Path
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-    env["HOME"] = str(tmp_path)  # the admin token file lands in ~/.config/punchclock
-    log = (tmp_path / "up.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
-         "--api-listen", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log, stderr=log,
-    )  # fmt: skip
+    proc = _start_up(dsn, tmp_path, port)
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_for(lambda: _get(f"{base}/healthz")[0] == 200, 30, "the API to answer")
@@ -65,4 +72,31 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        log.close()
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_killed_up_leaves_nothing_running(dsn: str, tmp_path: Path) -> None:
+    port = free_port()
+    proc = _start_up(dsn, tmp_path, port)
+    try:
+        await wait_for(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 30, "the API")
+        log = tmp_path / "up.log"
+        await wait_for(lambda: "supervisor_started" in log.read_text(), 30, "the supervisor")
+        children = psutil.Process(proc.pid).children()
+        commands = [" ".join(c.cmdline()) for c in children]
+        assert any(c.endswith(" api") for c in commands), commands
+        assert any(" supervise " in c for c in commands), commands
+        proc.kill()  # no drain by `up` itself: its watchdog must stop the children
+        proc.wait()
+        await wait_for(lambda: all(_gone(c) for c in children), 30, "up's children to exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "supervisor_drained" in log.read_text(), "the supervisor drained (SIGTERM), not killed"
