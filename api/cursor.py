@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.errors import InvalidSpec
-from supervisor.jobs import checked_instant
+from supervisor.jobspec import checked_instant
 
 VERSION = 1
 MAX_LENGTH = 512

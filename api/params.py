@@ -15,7 +15,7 @@ from aiohttp import web
 
 from api.problems import ApiError
 from supervisor.errors import InvalidSpec, InvalidSpecs
-from supervisor.jobs import checked_instant
+from supervisor.jobspec import checked_instant
 
 MAX_ID = 2**63 - 1
 

@@ -12,9 +12,9 @@ from api import cursor, views
 from api.params import NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
 from supervisor import jobs, schedule
+from supervisor.domain import Job
 from supervisor.errors import InvalidSpec, NotFound
 from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE
-from supervisor.store import Record
 
 routes = web.RouteTableDef()
 JOB = "/v1/jobs/{id:[0-9]+}"
@@ -26,19 +26,18 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return web.json_response(data, status=status, headers=headers)
 
 
-async def _detail(request: web.Request, row: Record) -> dict[str, Any]:
+async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
     s = store(request)
-    return views.job_detail(row, await s.now(), await jobs.job_warnings(s, row))
+    return views.job_detail(job, await s.now(), await jobs.job_warnings(s, job.spec))
 
 
 @routes.post("/v1/jobs")
 async def create_job(request: web.Request) -> web.Response:
     no_query(request)
     body = await read_json(request, config(request).api_max_body, required=True)
-    fields = jobs.validate_job(body)
-    row = await jobs.create_job(store(request), fields, limits(request))
-    headers = {"Location": f"/v1/jobs/{row['id']}"}
-    return _json(await _detail(request, row), 201, headers)
+    job = await jobs.create_job(store(request), jobs.validate_job(body), limits(request))
+    headers = {"Location": f"/v1/jobs/{job.id}"}
+    return _json(await _detail(request, job), 201, headers)
 
 
 @routes.get("/v1/jobs")
@@ -53,23 +52,23 @@ async def list_jobs(request: web.Request) -> web.Response:
     assert limit is not None
     fhash = cursor.filters_hash("jobs", {"type": type_, "paused": paused, "prefix": prefix})
     after_id = cursor.parse_id_key(cursor.decode(token, fhash)) if token else 0
-    rows = await store(request).list_jobs(
+    found = await store(request).list_jobs(
         type=type_, paused=paused, name_prefix=prefix, after_id=after_id, limit=limit + 1
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = cursor.encode([rows[-1]["id"]], fhash) if more else None
-    return _json({"jobs": [views.job(r) for r in rows], "next_cursor": next_cursor})
+    more = len(found) > limit
+    found = found[:limit]
+    next_cursor = cursor.encode([found[-1].id], fhash) if more else None
+    return _json({"jobs": [views.job(j) for j in found], "next_cursor": next_cursor})
 
 
 @routes.get(JOB)
 async def get_job(request: web.Request) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
-    row = await store(request).get_job(job_id)
-    if row is None:
+    job = await store(request).get_job(job_id)
+    if job is None:
         raise NotFound(f"job {job_id} not found")
-    return _json(await _detail(request, row))
+    return _json(await _detail(request, job))
 
 
 @routes.patch(JOB)
@@ -77,8 +76,8 @@ async def update_job(request: web.Request) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
     body = await read_json(request, config(request).api_max_body, required=True)
-    row = await jobs.update_job(store(request), job_id, body, limits(request))
-    return _json(await _detail(request, row))
+    job = await jobs.update_job(store(request), job_id, body, limits(request))
+    return _json(await _detail(request, job))
 
 
 @routes.delete(JOB)
@@ -92,8 +91,8 @@ async def delete_job(request: web.Request) -> web.Response:
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
-    row = await jobs.set_paused(store(request), job_id, paused, limits(request))
-    return _json(await _detail(request, row))
+    job = await jobs.set_paused(store(request), job_id, paused, limits(request))
+    return _json(await _detail(request, job))
 
 
 @routes.post(JOB + "/pause")

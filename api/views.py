@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from supervisor import schedule
+from supervisor.domain import Job, JobSchedule, UnloadableSchedule
 from supervisor.store import Record
 
 
@@ -32,41 +33,44 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
     return round((end - start).total_seconds(), 6)
 
 
-def next_instants(row: Record, after: datetime, count: int = 5) -> list[dict[str, str]]:
-    """The job's next fire instants after `after`, in UTC and in its own zone."""
+def next_instants(sched: JobSchedule, after: datetime, count: int = 5) -> list[dict[str, str]]:
+    """The job's next fire instants after `after`, in UTC and in its own zone; none when
+    this host cannot load its schedule (domain.UnloadableSchedule)."""
+    if isinstance(sched, UnloadableSchedule):
+        return []
     try:
-        sched = schedule.parse_schedule(row["cron"], row["run_at"], row["timezone"])
         return schedule.preview(sched, after, count)
     except (OverflowError, ValueError):
         return []
 
 
-def job(row: Record) -> dict[str, Any]:
+def job(j: Job) -> dict[str, Any]:
+    spec = j.spec
     return {
-        "id": row["id"],
-        "name": row["name"],
-        "type": row["type"],
-        "payload": row["payload"],
-        "cron": row["cron"],
-        "run_at": iso(row["run_at"]),
-        "timezone": row["timezone"],
-        "max_attempts": row["max_attempts"],
-        "timeout_seconds": row["timeout_seconds"],
+        "id": j.id,
+        "name": spec.name,
+        "type": spec.type,
+        "payload": spec.payload,
+        "cron": spec.cron,
+        "run_at": iso(spec.run_at),
+        "timezone": spec.timezone,
+        "max_attempts": spec.max_attempts,
+        "timeout_seconds": spec.timeout_seconds,
         "retry": {
-            "base_seconds": row["retry_base_seconds"],
-            "cap_seconds": row["retry_cap_seconds"],
+            "base_seconds": spec.retry_base_seconds,
+            "cap_seconds": spec.retry_cap_seconds,
         },
-        "catchup": str(row["catchup"]),
-        "catchup_window_seconds": row["catchup_window_seconds"],
-        "overlap": str(row["overlap"]),
-        "paused": row["paused"],
-        "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["updated_at"]),
+        "catchup": str(spec.catchup),
+        "catchup_window_seconds": spec.catchup_window_seconds,
+        "overlap": str(spec.overlap),
+        "paused": spec.paused,
+        "created_at": iso(j.created_at),
+        "updated_at": iso(j.updated_at),
     }
 
 
-def job_detail(row: Record, after: datetime, warnings: list[str]) -> dict[str, Any]:
-    return {**job(row), "next": next_instants(row, after), "warnings": warnings}
+def job_detail(j: Job, after: datetime, warnings: list[str]) -> dict[str, Any]:
+    return {**job(j), "next": next_instants(j.spec.schedule, after), "warnings": warnings}
 
 
 def run(row: Record) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import Context, Proc, ScenarioResult, start_supervisors, summary, wait_until
+from supervisor.domain import Job
 from supervisor.planner import Planner
 from supervisor.planning import PlanLimits, plan_job
 from supervisor.store import QUERIES, Store, create_pool
@@ -67,7 +68,7 @@ async def insert_jobs(conn: asyncpg.Connection, n: int) -> None:
     await conn.execute("ANALYZE jobs")
 
 
-def compute_only(jobs: list[Any]) -> float:
+def compute_only(jobs: list[Job]) -> float:
     """Seconds plan_job takes for every job, no database (the baseline)."""
     now = datetime.now(UTC)
     limits = PlanLimits()
@@ -106,7 +107,7 @@ async def first_planning(ctx: Context, n: int, planners: int) -> dict[str, Any]:
             await insert_jobs(conn, n)
             baseline = None
             if planners == 1:
-                jobs = await conn.fetch("SELECT *, now() AS db_now FROM jobs")
+                jobs = [Job.from_row(r) for r in await conn.fetch("SELECT * FROM jobs")]
                 baseline = await asyncio.to_thread(compute_only, jobs)
                 del jobs
             sups = await start_supervisors(ctx.procs, planners, dsn=dsn, handlers={})

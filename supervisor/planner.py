@@ -64,14 +64,14 @@ class Planner(Loop):
             started = time.perf_counter()
             failures: list[PlanFailure] = []
             async with self.store.transaction() as tx:
-                jobs = await tx.pick_jobs_to_plan(self.batch)
-                if not jobs:
+                jobs, db_now = await tx.pick_jobs_to_plan(self.batch)
+                if db_now is None:
                     return total
-                inserted = await plan_jobs(tx, jobs, jobs[0]["db_now"], self.limits, failures)
+                inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures)
                 if inserted:
                     await tx.notify_wake()
             for job in jobs:
-                self.unplannable.pop(job["id"], None)
+                self.unplannable.pop(job.id, None)
             for f in failures:
                 self.unplannable[f.job_id] = f
                 self.plan_failures += 1

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-from typing import Any
 
-from supervisor.schedule import CronSchedule, OneOffSchedule, parse_cron
+from supervisor.domain import Job
+from supervisor.model import Overlap, RunStatus
 from supervisor.store import PlannedRow, Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
@@ -28,17 +27,6 @@ class PlanLimits:
     horizon: timedelta = timedelta(hours=24)  # plan this far ahead
     max_runs: int = 100  # per job per pass: bounds rows for every-second crons
     min_replan: timedelta = timedelta(seconds=1)
-
-
-@lru_cache(maxsize=4096)
-def _cron(expression: str, timezone: str) -> CronSchedule:
-    return parse_cron(expression, timezone)
-
-
-def schedule_of(job: Any) -> CronSchedule | OneOffSchedule:
-    if job["cron"] is not None:
-        return _cron(job["cron"], job["timezone"])
-    return OneOffSchedule(job["run_at"])
 
 
 # A job this host cannot plan (a zone its tzdata lacks, a cron its croniter rejects) is
@@ -60,35 +48,39 @@ class JobPlan:
     plan_after: datetime
 
 
-def plan_job(job: Any, db_now: datetime, limits: PlanLimits) -> JobPlan:
+def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
     """Fire times after the job's high-water mark, up to the horizon.
 
     Times older than the catch-up window are recorded as skipped ("missed") at once;
     younger ones are inserted as scheduled and the claim-time catch-up pass applies the
-    job's policy to them (see DESIGN.md, Catch-up).
+    job's policy to them (see DESIGN.md, Catch-up). Raises what the job's schedule raises
+    when this host cannot load it (domain.UnloadableSchedule).
     """
-    sched = schedule_of(job)
-    start: datetime = job["planned_until"] or job["created_at"]
-    oldest_runnable = db_now - timedelta(seconds=job["catchup_window_seconds"])
-    exclusive = job["overlap"] != "allow"
+    spec = job.spec
+    start: datetime = job.planned_until or job.created_at
+    oldest_runnable = db_now - timedelta(seconds=spec.catchup_window_seconds)
+    exclusive = spec.overlap != Overlap.ALLOW
 
     def row(at: datetime) -> PlannedRow:
         missed = at < oldest_runnable
         return (
-            job["id"],
+            job.id,
             at,
-            job["type"],
+            spec.type,
             exclusive,
-            job["max_attempts"],
-            "skipped" if missed else "scheduled",
+            spec.max_attempts,
+            RunStatus.SKIPPED if missed else RunStatus.SCHEDULED,
             MISSED if missed else None,
         )
 
-    if isinstance(sched, OneOffSchedule):
-        # A one-off job has exactly one run; planned_until marks it done.
-        rows = [] if job["planned_until"] is not None else [row(sched.at)]
-        return JobPlan(rows, sched.at, INFINITY)
+    at = spec.run_at
+    if at is not None:
+        # A one-off job has exactly one run (its instant needs no zone); planned_until
+        # marks it done.
+        rows = [] if job.planned_until is not None else [row(at)]
+        return JobPlan(rows, at, INFINITY)
 
+    sched = spec.schedule
     horizon_end = db_now + limits.horizon
     times = sched.between(start, horizon_end, limits.max_runs)
     if len(times) == limits.max_runs:
@@ -110,7 +102,7 @@ def plan_job(job: Any, db_now: datetime, limits: PlanLimits) -> JobPlan:
 
 async def plan_jobs(
     tx: Store,
-    jobs: list[Any],
+    jobs: list[Job],
     db_now: datetime,
     limits: PlanLimits,
     failures: list[PlanFailure] | None = None,
@@ -130,11 +122,11 @@ async def plan_jobs(
         except Exception as exc:
             if failures is None:
                 raise
-            failures.append(PlanFailure(job["id"], job["name"], f"{type(exc).__name__}: {exc}"))
-            marks.append((job["id"], job["planned_until"], db_now + PLAN_RETRY))
+            failures.append(PlanFailure(job.id, job.spec.name, f"{type(exc).__name__}: {exc}"))
+            marks.append((job.id, job.planned_until, db_now + PLAN_RETRY))
             continue
         rows.extend(plan.rows)
-        marks.append((job["id"], plan.planned_until, plan.plan_after))
+        marks.append((job.id, plan.planned_until, plan.plan_after))
     inserted = await tx.insert_planned_runs(rows)
     await tx.set_plan_marks(marks)
     return inserted

@@ -23,6 +23,7 @@ from asyncpg.connection import LoggedQuery
 from asyncpg.pool import PoolConnectionProxy
 
 from supervisor.config import split_hosts
+from supervisor.domain import Job, JobSpec
 from supervisor.errors import UniqueConflict
 from supervisor.log import log_event
 
@@ -241,19 +242,19 @@ class Store:
 
     # ------------------------------------------------------------ jobs
 
-    async def insert_job(self, f: dict[str, Any]) -> Record:
-        row = await self._fetchrow("insert_job", *_job_args(f))
+    async def insert_job(self, spec: JobSpec) -> Job:
+        row = await self._fetchrow("insert_job", *_job_args(spec))
         assert row is not None
-        return row
+        return Job.from_row(row, spec.schedule)
 
-    async def get_job(self, job_id: int) -> Record | None:
-        return await self._fetchrow("get_job", job_id)
+    async def get_job(self, job_id: int) -> Job | None:
+        return _job(await self._fetchrow("get_job", job_id))
 
-    async def get_job_by_name(self, name: str) -> Record | None:
-        return await self._fetchrow("get_job_by_name", name)
+    async def get_job_by_name(self, name: str) -> Job | None:
+        return _job(await self._fetchrow("get_job_by_name", name))
 
-    async def lock_job(self, job_id: int) -> Record | None:
-        return await self._fetchrow("lock_job", job_id)
+    async def lock_job(self, job_id: int) -> Job | None:
+        return _job(await self._fetchrow("lock_job", job_id))
 
     async def list_jobs(
         self,
@@ -263,11 +264,13 @@ class Store:
         name_prefix: str | None = None,
         after_id: int = 0,
         limit: int = 100,
-    ) -> list[Record]:
-        return await self._fetch("list_jobs", type, paused, name_prefix, after_id, limit)
+    ) -> list[Job]:
+        rows = await self._fetch("list_jobs", type, paused, name_prefix, after_id, limit)
+        return [Job.from_row(r) for r in rows]
 
-    async def update_job(self, job_id: int, f: dict[str, Any]) -> Record | None:
-        return await self._fetchrow("update_job", job_id, *_job_args(f))
+    async def update_job(self, job_id: int, spec: JobSpec) -> Job | None:
+        row = await self._fetchrow("update_job", job_id, *_job_args(spec))
+        return None if row is None else Job.from_row(row, spec.schedule)
 
     async def reset_job_plan(self, job_id: int) -> None:
         await self._execute("reset_job_plan", job_id)
@@ -280,19 +283,21 @@ class Store:
     ) -> None:
         await self._execute("sync_unstarted_runs", job_id, type, exclusive, max_attempts)
 
-    async def soft_delete_job(self, job_id: int) -> Record | None:
-        return await self._fetchrow("soft_delete_job", job_id)
+    async def soft_delete_job(self, job_id: int) -> Job | None:
+        return _job(await self._fetchrow("soft_delete_job", job_id))
 
     async def cancel_unstarted_runs(self, job_id: int, reason: str) -> int:
         return _rowcount(await self._execute("cancel_unstarted_runs", job_id, reason))
 
-    async def set_job_paused(self, job_id: int, paused: bool) -> Record | None:
-        return await self._fetchrow("set_job_paused", job_id, paused)
+    async def set_job_paused(self, job_id: int, paused: bool) -> Job | None:
+        return _job(await self._fetchrow("set_job_paused", job_id, paused))
 
     # ------------------------------------------------------------ planning
 
-    async def pick_jobs_to_plan(self, limit: int) -> list[Record]:
-        return await self._fetch("pick_jobs_to_plan", limit)
+    async def pick_jobs_to_plan(self, limit: int) -> tuple[list[Job], datetime | None]:
+        """Jobs due for planning, locked, and the database's now() (None: no job is due)."""
+        rows = await self._fetch("pick_jobs_to_plan", limit)
+        return [Job.from_row(r) for r in rows], rows[0]["db_now"] if rows else None
 
     async def insert_planned_runs(self, rows: Sequence[PlannedRow]) -> int:
         if not rows:
@@ -577,8 +582,12 @@ JOB_COLUMNS = (
 )
 
 
-def _job_args(fields: dict[str, Any]) -> list[Any]:
-    return [fields[c] for c in JOB_COLUMNS]
+def _job_args(spec: JobSpec) -> list[Any]:
+    return [getattr(spec, c) for c in JOB_COLUMNS]
+
+
+def _job(row: Record | None) -> Job | None:
+    return None if row is None else Job.from_row(row)
 
 
 def _rowcount(status: str) -> int:

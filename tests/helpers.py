@@ -1,4 +1,4 @@
-"""Small shared helpers for tests: job fields, waiting on conditions with a deadline."""
+"""Small shared helpers for tests: job specs, waiting on conditions with a deadline."""
 
 from __future__ import annotations
 
@@ -6,20 +6,40 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
-from supervisor.jobs import DEFAULTS
+from supervisor.domain import JobSpec, cron_schedule
+from supervisor.model import Catchup, Overlap
+from supervisor.schedule import OneOffSchedule, load_zone
 
 DEADLINE = 30.0
 
 
-def job(name: str, type: str = "echo", **kw: Any) -> dict[str, Any]:
-    fields = dict(DEFAULTS)
-    fields.update(name=name, type=type)
-    if "cron" not in kw and "run_at" not in kw:
-        kw["cron"] = "* * * * *"
-    fields.update(kw)
-    return fields
+def job(
+    name: str,
+    type: str = "echo",
+    *,
+    cron: str | None = "* * * * *",
+    run_at: datetime | None = None,
+    timezone: str = "UTC",
+    **kw: Any,
+) -> JobSpec:
+    """A JobSpec with the API's defaults, not validated (tests may go past the API's bounds).
+
+    Every minute unless `run_at` is given (then `cron` must be None); `kw` are JobSpec fields,
+    catchup and overlap as strings or enums.
+    """
+    if run_at is not None:
+        assert cron is None, "give cron=None with run_at"
+        sched: Any = OneOffSchedule(run_at, load_zone(timezone))
+    else:
+        assert cron is not None
+        sched = cron_schedule(cron, timezone)
+    for key, enum in (("catchup", Catchup), ("overlap", Overlap)):
+        if key in kw:
+            kw[key] = enum(kw[key])
+    return JobSpec(name=name, type=type, schedule=sched, **kw)
 
 
 async def wait_for(

@@ -32,7 +32,7 @@ async def create_runs(
         job_ids = []
         for i in range(n):
             fields = job(f"{prefix}-{i}", type_, cron=None, run_at=now, payload=payload, **kw)
-            job_ids.append((await jobs.create_job(tx, fields, LIMITS))["id"])
+            job_ids.append((await jobs.create_job(tx, fields, LIMITS)).id)
         rows = await tx._ex.fetch(
             "SELECT id FROM runs WHERE job_id = ANY($1::bigint[]) ORDER BY id", job_ids
         )

@@ -177,7 +177,7 @@ async def _run(
         job("parked", "append", cron=None, run_at=datetime.now(UTC) + timedelta(days=1)),
         LIMITS,
     )
-    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}", parked["id"]))
+    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}", parked.id))
     old = await asyncpg.connect(primary.dsn)  # the old primary, directly
     try:
         promoted_at = time.time()
@@ -212,7 +212,7 @@ async def _run(
     f.run_ids = ids + api_ids
     await wait_for(lambda: all_in(store, f.run_ids, "succeeded"), 60, "every run to succeed")
     cron_until = datetime.fromtimestamp(stopped_at + 3, UTC)
-    await wait_for(lambda: _cron_done(store, cron["id"], cron_until), 30, "cron to catch up")
+    await wait_for(lambda: _cron_done(store, cron.id, cron_until), 30, "cron to catch up")
     api_statuses = await _stop(probe)
     # The API serves reads and writes again on the new primary.
     assert [s for _, s in api_statuses[-10:]] == [200] * 10, api_statuses[-10:]
@@ -235,7 +235,7 @@ async def _run(
         longest_completion_gap_s=round(max(b - a for a, b in itertools.pairwise(finished)), 3),
         api_non_2xx=dict(Counter(s for _, s in api_statuses if s >= 300 or s < 200)),
         api_longest_wait_s=_longest_wait(api_statuses),
-        **await _cron_figures(store, cron["id"], cron_out, cron_until),
+        **await _cron_figures(store, cron.id, cron_out, cron_until),
     )
     return f
 

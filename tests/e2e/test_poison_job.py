@@ -34,16 +34,16 @@ async def test_an_unplannable_job_is_skipped_and_reported(
     await store._ex.execute(
         "UPDATE jobs SET timezone = 'Mars/Olympus_Mons', planned_until = NULL,"
         " plan_after = now() WHERE id = $1",
-        bad["id"],
+        bad.id,
     )
-    await store._ex.execute("DELETE FROM runs WHERE job_id = $1", bad["id"])
+    await store._ex.execute("DELETE FROM runs WHERE job_id = $1", bad.id)
     port = free_port()
     sup = await cluster.start_ready("a", ["append"], metrics_port=port)
-    event = await sup.wait_event("plan_failed", 15, job_id=bad["id"])
+    event = await sup.wait_event("plan_failed", 15, job_id=bad.id)
     assert "Mars/Olympus_Mons" in event["error"]
     body = await asyncio.to_thread(_readyz, port)
     assert body["unplannable_jobs"] == [
-        {"job_id": bad["id"], "job_name": "zone-from-the-future", "error": event["error"]}
+        {"job_id": bad.id, "job_name": "zone-from-the-future", "error": event["error"]}
     ]
     # Everything else goes on.
     ids = await create_runs(store, "append", 3, {"out": str(tmp_path / "out.csv")})

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import jobs
+from supervisor.domain import JobSpec
 from supervisor.store import Store
 
 from ..helpers import job, wait_for
@@ -71,7 +72,7 @@ async def _soak(cluster: Cluster, store: Store, tmp_path: Path, chaos: list[str]
     monitor.start()
     try:
         cron_ids = [
-            (await jobs.create_job(store, _cron_job(name, work, sleep), LIMITS))["id"]
+            (await jobs.create_job(store, _cron_job(name, work, sleep), LIMITS)).id
             for name, sleep in (("tick-short", 0.2), ("tick-long", 1.5))
         ]
         window_from = await _db_now(store)
@@ -152,7 +153,7 @@ def _starter(cluster: Cluster) -> Callable[[str], Supervisor]:
     return start
 
 
-def _cron_job(name: str, work: Path, sleep: float) -> dict[str, object]:
+def _cron_job(name: str, work: Path, sleep: float) -> JobSpec:
     payload = {"dir": str(work), "sleep": sleep}
     return job(name, "stamp", cron=CRON, payload=payload, **RUN_FIELDS)
 

@@ -139,8 +139,8 @@ async def test_jobs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -
 
 async def test_runs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     row = await store.insert_job(job("nightly"))
-    dead = await insert_runs(store, row["id"], 3, status="dead")
-    [waiting] = await insert_runs(store, row["id"], 1, status="scheduled", start_s=100)
+    dead = await insert_runs(store, row.id, 3, status="dead")
+    [waiting] = await insert_runs(store, row.id, 1, status="scheduled", start_s=100)
     async with api_client(store) as api:
         cli = Cli(str(api.make_url("")), capsys)
         code, out, err = await cli("runs", "list", "--job", "nightly")
@@ -148,13 +148,13 @@ async def test_runs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -
         assert out.splitlines()[0].split()[:4] == ["ID", "JOB", "SCHEDULED", "(UTC)"]
         assert len(out.splitlines()) == 5
         # History by default; --upcoming is the plan ahead, soonest first (issue 12).
-        planned = await insert_runs(store, row["id"], 2, status="scheduled", start_s=-3600)
+        planned = await insert_runs(store, row.id, 2, status="scheduled", start_s=-3600)
         page = await cli.json("runs", "list", "--job", "nightly")
         assert [r["id"] for r in page["runs"]] == [*dead, waiting]
         page = await cli.json("runs", "list", "--upcoming", "--limit", "1", "--all")
         assert [r["id"] for r in page["runs"]] == planned[::-1]
         page = await cli.json(
-            "runs", "list", "--job", str(row["id"]), "--status", "dead", "--limit", "2", "--all"
+            "runs", "list", "--job", str(row.id), "--status", "dead", "--limit", "2", "--all"
         )
         assert [r["id"] for r in page["runs"]] == dead
         code, out, _ = await cli("runs", "show", str(dead[0]))

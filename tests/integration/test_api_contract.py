@@ -55,7 +55,7 @@ async def _seed(store: Store) -> None:
     for i in range(12):
         row = await store.insert_job(job(f"seed-{i}", cron="*/5 * * * *"))
         for status in ("dead", "failed", "scheduled", "succeeded"):
-            await insert_runs(store, row["id"], 2, status=status, start_s=1000 * (i + 1))
+            await insert_runs(store, row.id, 2, status=status, start_s=1000 * (i + 1))
     await store.upsert_worker("seed-worker", "localhost", 1, ["echo"], 4, "test", 30.0)
 
 

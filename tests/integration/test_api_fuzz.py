@@ -132,7 +132,7 @@ def _forged_cursors(fhash: str, key_len: int) -> list[str]:
 async def test_forged_cursors_are_422_naming_the_cursor(api: Client, store: Store) -> None:
     row = await store.insert_job(job("alpha"))
     await store.insert_job(job("beta"))
-    await insert_runs(store, row["id"], 3, status="dead")
+    await insert_runs(store, row.id, 3, status="dead")
     cases: list[tuple[str, dict[str, str], str, int]] = [
         ("/v1/runs", {}, cursor.filters_hash("runs", RunFilters().canonical()), 2),
         (
@@ -143,8 +143,8 @@ async def test_forged_cursors_are_422_naming_the_cursor(api: Client, store: Stor
         ),
         (
             "/v1/runs",
-            {"job_id": str(row["id"])},
-            cursor.filters_hash("runs", RunFilters(job_id=row["id"]).canonical()),
+            {"job_id": str(row.id)},
+            cursor.filters_hash("runs", RunFilters(job_id=row.id).canonical()),
             2,
         ),
         (
@@ -335,7 +335,7 @@ async def _seed(store: Store) -> None:
     for i in range(4):
         row = await store.insert_job(job(f"seed-{i}", cron="*/5 * * * *"))
         for status in ("dead", "scheduled", "succeeded"):
-            await insert_runs(store, row["id"], 2, status=status, start_s=1000 * (i + 1))
+            await insert_runs(store, row.id, 2, status=status, start_s=1000 * (i + 1))
 
 
 @pytest.mark.timeout(FUZZ_SECONDS + 90)

@@ -26,7 +26,7 @@ Client = TestClient[Any, Any]
 
 async def _job(store: Store, name: str, **kw: Any) -> int:
     row = await store.insert_job(job(name, **kw))
-    return int(row["id"])
+    return int(row.id)
 
 
 async def _walk(api: Client, params: dict[str, str], limit: int) -> list[dict[str, Any]]:

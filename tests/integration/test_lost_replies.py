@@ -23,7 +23,7 @@ async def _due_run(store: Store, name: str) -> int:
     row = await jobs.create_job(
         store, job(name, cron=None, run_at=now - timedelta(seconds=1)), PlanLimits()
     )
-    run_id = await store._ex.fetchval("SELECT id FROM runs WHERE job_id = $1", row["id"])
+    run_id = await store._ex.fetchval("SELECT id FROM runs WHERE job_id = $1", row.id)
     return int(run_id)
 
 

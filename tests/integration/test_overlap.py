@@ -19,11 +19,11 @@ async def _job_with_due_runs(store: Store, overlap: str, n: int) -> int:
         "INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts)"
         " SELECT $1, now() - make_interval(secs => i), now() - make_interval(secs => i),"
         " 'echo', $2, 3 FROM generate_series(1, $3) AS i",
-        row["id"],
+        row.id,
         overlap != "allow",
         n,
     )
-    return int(row["id"])
+    return int(row.id)
 
 
 async def _claim(store: Store, owner: str = "w1", limit: int = 10) -> list[asyncpg.Record]:

@@ -61,4 +61,4 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
     assert (
         await store._ex.fetchval("select count(*) from run_attempts where run_id=$1", ids[0]) == 0
     )
-    assert (await store.get_job(row["id"])) is not None
+    assert (await store.get_job(row.id)) is not None

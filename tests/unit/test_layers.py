@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 CORE = {
-    "__init__", "config", "errors", "health", "httpd", "jobs", "log", "metrics", "migrator",
-    "model", "planning", "runs", "schedule", "store",
+    "__init__", "config", "domain", "errors", "health", "httpd", "jobs", "jobspec", "log",
+    "metrics", "migrator", "model", "planning", "runs", "schedule", "store",
 }  # fmt: skip
 LOCAL = {"pgbin", "pgchain", "pgserver", "up", "watchdog"}
 SERVICES = {

@@ -1,0 +1,157 @@
+"""A job as typed values: JobSpec (what a user asked for, schedule parsed) and Job (a stored
+job: its id, spec and planner marks). Built by validation (jobspec.py) or from a row at the
+store boundary (Job.from_row). No I/O.
+
+A schedule is parsed where it enters (the API's validation, or a row read back) and carried
+from there: the planner and the views use `spec.schedule`, never the cron text again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Protocol
+
+from supervisor import schedule
+from supervisor.errors import InvalidSpec
+from supervisor.model import Catchup, Overlap
+from supervisor.schedule import CronSchedule, OneOffSchedule
+
+
+class Row(Protocol):
+    """A database row read by column name (an asyncpg Record)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+@lru_cache(maxsize=4096)
+def cron_schedule(expression: str, timezone: str) -> CronSchedule:
+    """schedule.parse_cron, memoized: a planner reads the same few (cron, zone) pairs back for
+    every job, and parsing costs more than planning an hour of runs."""
+    return schedule.parse_cron(expression, timezone)
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadableSchedule:
+    """A stored schedule this host cannot load (its tzdata lacks the zone, its croniter
+    rejects the cron): the row still loads, and using the schedule raises `error`, so the
+    planner skips this one job (planning.PlanFailure) instead of stopping."""
+
+    cron: str | None
+    run_at: datetime | None
+    timezone: str
+    error: InvalidSpec = field(compare=False)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        raise InvalidSpec(self.error.field, self.error.message)
+
+    def between(self, after: datetime, until: datetime, limit: int) -> list[datetime]:
+        raise InvalidSpec(self.error.field, self.error.message)
+
+
+JobSchedule = CronSchedule | OneOffSchedule | UnloadableSchedule
+
+
+def stored_schedule(cron: str | None, run_at: datetime | None, timezone: str) -> JobSchedule:
+    """The schedule of stored columns; never raises (see UnloadableSchedule)."""
+    try:
+        if cron is not None:
+            return cron_schedule(cron, timezone)
+        assert run_at is not None  # the jobs_one_schedule constraint
+        return OneOffSchedule(run_at, schedule.load_zone(timezone))
+    except InvalidSpec as exc:
+        return UnloadableSchedule(cron, run_at, timezone, exc)
+
+
+def cron_of(s: JobSchedule) -> str | None:
+    if isinstance(s, CronSchedule):
+        return s.expression
+    return None if isinstance(s, OneOffSchedule) else s.cron
+
+
+def run_at_of(s: JobSchedule) -> datetime | None:
+    if isinstance(s, OneOffSchedule):
+        return s.at
+    return None if isinstance(s, CronSchedule) else s.run_at
+
+
+def timezone_of(s: JobSchedule) -> str:
+    return s.timezone if isinstance(s, UnloadableSchedule) else s.zone.key
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """Everything a user sets on a job; the defaults are the API's."""
+
+    name: str
+    type: str
+    schedule: JobSchedule
+    payload: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    timeout_seconds: float | None = None  # None: the handler's default on the running host
+    retry_base_seconds: float = 10.0
+    retry_cap_seconds: float = 3600.0
+    catchup: Catchup = Catchup.LATEST
+    catchup_window_seconds: float = 3600.0
+    overlap: Overlap = Overlap.ALLOW
+    paused: bool = False
+
+    # The schedule as its three stored columns (and the API's fields).
+    @property
+    def cron(self) -> str | None:
+        return cron_of(self.schedule)
+
+    @property
+    def run_at(self) -> datetime | None:
+        return run_at_of(self.schedule)
+
+    @property
+    def timezone(self) -> str:
+        return timezone_of(self.schedule)
+
+    @property
+    def schedule_columns(self) -> tuple[str | None, datetime | None, str]:
+        """(cron, run_at, timezone): what a schedule change compares."""
+        return self.cron, self.run_at, self.timezone
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A stored, live job: its spec plus the planner's bookkeeping."""
+
+    id: int
+    spec: JobSpec
+    planned_until: datetime | None  # every fire time <= this has a run row
+    plan_after: datetime  # the planner looks at the job again once now() >= this
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row, schedule: JobSchedule | None = None) -> Job:
+        """A jobs row as a Job. `schedule`: the already parsed schedule of this row (the
+        caller just wrote it), so it is not parsed again."""
+        if schedule is None:
+            schedule = stored_schedule(row["cron"], row["run_at"], row["timezone"])
+        spec = JobSpec(
+            name=row["name"],
+            type=row["type"],
+            schedule=schedule,
+            payload=row["payload"],
+            max_attempts=row["max_attempts"],
+            timeout_seconds=row["timeout_seconds"],
+            retry_base_seconds=row["retry_base_seconds"],
+            retry_cap_seconds=row["retry_cap_seconds"],
+            catchup=Catchup(row["catchup"]),
+            catchup_window_seconds=row["catchup_window_seconds"],
+            overlap=Overlap(row["overlap"]),
+            paused=row["paused"],
+        )
+        return cls(
+            id=row["id"],
+            spec=spec,
+            planned_until=row["planned_until"],
+            plan_after=row["plan_after"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
