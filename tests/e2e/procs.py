@@ -31,8 +31,8 @@ from typing import Any
 
 import psutil
 
-from supervisor import pgserver
-from supervisor.pgserver import LocalPostgres, find_bindir
+from supervisor.pgbin import _as_user, _server_user, find_bindir
+from supervisor.pgserver import LocalPostgres
 
 from ..helpers import wait_for
 
@@ -511,7 +511,7 @@ class ThrowawayPostgres:
         # -l: the postmaster writes there, not into our pipe (else run() waits for it).
         argv = [str(find_bindir() / "pg_ctl"), *args, "-D", str(self.data_dir), "-w", "-t", "60"]
         argv += ["-l", str(self.data_dir / "pg_ctl.log")]
-        as_user = pgserver._as_user(pgserver._server_user())
+        as_user = _as_user(_server_user())
         out = subprocess.run(
             argv, check=False, capture_output=True, text=True, timeout=90, **as_user
         )
