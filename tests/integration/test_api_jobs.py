@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from supervisor import domain, schedule
+from supervisor.planner import Planner
 from supervisor.store import Store
 
 from ..api_support import api_client
@@ -449,3 +451,27 @@ async def test_run_at_out_of_range_is_422(api: Client, store: Store, run_at: str
     [error] = data["errors"]
     assert error["field"] == "run_at" and "out of the supported range" in error["message"]
     assert await _counts(store) == (0, 0)
+
+
+async def test_a_schedule_is_parsed_once_from_create_to_plan_to_view(
+    api: Client, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Any, ...]] = []
+    real = schedule.parse_cron
+
+    def counting(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(schedule, "parse_cron", counting)
+    domain.cron_schedule.cache_clear()
+    resp = await api.post("/v1/jobs", json={**BASE, "cron": "17 3 * * *"})  # validate, plan, view
+    assert resp.status == 201, await resp.text()
+    created = await resp.json()
+    assert len(created["next"]) == 5
+    await store._ex.execute("UPDATE jobs SET plan_after = '-infinity'")
+    assert (await Planner(store).run_once()).jobs == 1  # reads the row back, plans it
+    resp = await api.get(f"/v1/jobs/{created['id']}")
+    assert (await resp.json())["next"] == created["next"]
+    assert [j["cron"] for j in (await (await api.get("/v1/jobs")).json())["jobs"]] == ["17 3 * * *"]
+    assert calls == [("17 3 * * *", "Europe/Berlin")]
