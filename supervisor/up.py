@@ -22,6 +22,7 @@ from typing import Any
 
 from supervisor import jobs, parentwatch
 from supervisor.config import Config, parse_listen
+from supervisor.errors import PunchclockError
 from supervisor.migrator import migrate
 from supervisor.planning import PlanLimits
 from supervisor.store import Store, connect
@@ -74,8 +75,15 @@ def _admin_token(path: Path) -> str:
     return token
 
 
+class DatabaseUnreachable(PunchclockError):
+    """`up` could not connect to its database (refused, unknown database, bad password)."""
+
+
 async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
-    conn = await connect(dsn)
+    try:
+        conn = await connect(dsn)
+    except Exception as exc:  # as `punchclock check` does: the user's to fix, no traceback
+        raise DatabaseUnreachable(f"cannot connect to the database: {exc}") from None
     try:
         await migrate(conn)
         store = Store(conn)

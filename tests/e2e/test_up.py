@@ -100,3 +100,16 @@ async def test_killed_up_leaves_nothing_running(dsn: str, tmp_path: Path) -> Non
             proc.kill()
             proc.wait()
     assert "supervisor_drained" in log.read_text(), "the supervisor drained (SIGTERM), not killed"
+
+
+def test_up_on_a_database_it_cannot_reach_says_so(dsn: str) -> None:
+    missing = dsn.rsplit("/", 1)[0] + "/punchclock_no_such_database"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor", "up", "--database-url", missing],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "cannot connect to the database" in line and "punchclock_no_such_database" in line
