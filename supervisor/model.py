@@ -1,7 +1,8 @@
 """Enums mirroring the database's enum types (a test keeps them equal), and the rule for
 job and handler type names. No I/O.
 
-Rows travel as asyncpg Records; these name the values that code branches on.
+Jobs leave the store as domain.Job, other rows still as asyncpg Records; these enums name the
+values that code branches on.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The data layer: every runtime query, one named block of queries.sql per Store method.
 
 A Store wraps a pool or one connection; `transaction()` yields a Store bound to a connection
-inside a transaction. Methods return plain records. Migrations live in migrator.py.
+inside a transaction. Jobs come back as domain.Job (built by Job.from_row here, the
+boundary), other rows as plain records. Migrations live in migrator.py.
 """
 
 from __future__ import annotations
