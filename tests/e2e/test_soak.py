@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,11 @@ FREEZE = LEASE_TTL * 1.5 + 0.5  # a SIGSTOP lasts well past the lease
 KILL_SWEEP = 5.0  # seconds within which a SIGKILLed supervisor's children must be gone
 CRON = "*/2 * * * * *"
 # Retries are part of the soak (a lost lease costs an attempt): never let a run go dead.
-RUN_FIELDS = {"max_attempts": 100, "retry_base_seconds": 0.2, "retry_cap_seconds": 0.5}
+RUN_FIELDS: dict[str, Any] = {
+    "max_attempts": 100,
+    "retry_base_seconds": 0.2,
+    "retry_cap_seconds": 0.5,
+}
 
 pytestmark = pytest.mark.slow
 
