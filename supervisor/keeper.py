@@ -73,15 +73,22 @@ class Keeper:
         os.set_blocking(proc.stdin.fileno(), False)
         return cls(instance_id, proc)
 
+    def announce(self, child_id: str, kill_by: float) -> None:
+        """Before a child is spawned: have the keeper kill the processes marked `child_id`
+        at `kill_by`. Written at once, not coalesced: a supervisor that freezes right after
+        the spawn must not leave the child without a deadline (the keeper finds it by its
+        marker until `register` names its group)."""
+        self._send(f"={child_id} {kill_by:.6f}\n".encode(), now=True)
+
     def register(self, pgid: int, kill_by: float | None = None, child_id: str = "") -> None:
         """Have the keeper kill process group `pgid` if the supervisor dies, or at the
         monotonic instant `kill_by` (and the processes marked with `child_id`). Sent again,
         it moves the deadline."""
         self._send(f"+{pgid} {kill_by or 0:.6f} {child_id}\n".encode())
 
-    def unregister(self, pgid: int) -> None:
-        """Forget `pgid` (its group is gone; the number may be reused)."""
-        self._send(f"-{pgid}\n".encode())
+    def unregister(self, pgid: int, child_id: str = "") -> None:
+        """Forget the child (its group is gone; the number may be reused)."""
+        self._send(f"-{pgid} {child_id}\n".encode())
 
     async def sync(self) -> None:
         """Write what is queued now and wait until the keeper has it."""

@@ -5,8 +5,10 @@ frozen, or its event loop is blocked, past the child's lease). It kills nothing 
 supervisor's handle on it is `keeper.Keeper`.
 
 Run as `python -m supervisor.keeperd <instance_id>`; it reads lines on stdin:
-`+<pgid> <kill_by> <child_id>` registers (or moves the deadline of) a child's process group,
-`-<pgid>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
+`=<child_id> <kill_by>` announces a child about to be spawned (written before the spawn, so
+a supervisor frozen right after it cannot leave the child without a deadline),
+`+<pgid> <kill_by> <child_id>` names its process group (or moves its deadline),
+`-<pgid> <child_id>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
 (time.monotonic(), the same clock in every process of the host), 0 for none. At kill_by the
 keeper SIGKILLs the group and every process carrying PUNCHCLOCK_CHILD_ID=<child_id> (a
 descendant that left the group). When the supervisor is gone (parentwatch: EOF without
@@ -64,42 +66,62 @@ def _kill_marked(marker: bytes) -> None:
             return
 
 
-def _kill_everything(groups: dict[int, tuple[float, str]], instance_id: str) -> None:
-    for pgid in groups:
-        _sigkill(os.killpg, pgid)
+# child_id (or "pg<pgid>" for a group registered without one) -> [kill_by or 0, pgid or 0]
+Table = dict[str, list[float]]
+
+
+def _kill_everything(children: Table, instance_id: str) -> None:
+    for _, pgid in children.values():
+        if pgid:
+            _sigkill(os.killpg, int(pgid))
     _kill_marked(f"{INSTANCE_ENV}={instance_id}".encode())
 
 
-def _kill_overdue(groups: dict[int, tuple[float, str]], now: float) -> None:
+def _kill_overdue(children: Table, now: float) -> None:
     """Kill every child whose kill-by deadline passed without a renewal moving it."""
-    for pgid, (kill_by, child_id) in list(groups.items()):
+    for child_id, (kill_by, pgid) in list(children.items()):
         if kill_by and kill_by <= now:
-            del groups[pgid]
-            _sigkill(os.killpg, pgid)
-            if child_id:
+            del children[child_id]
+            if pgid:
+                _sigkill(os.killpg, int(pgid))
+            if not child_id.startswith("pg"):
                 _kill_marked(f"{CHILD_ID_ENV}={child_id}".encode())
             late = round(now - kill_by, 3)
             sys.stderr.write(
-                f'{{"event": "keeper_deadline_kill", "pgid": {pgid}, "late_seconds": {late}}}\n'
+                f'{{"event": "keeper_deadline_kill", "pgid": {int(pgid)}, "child_id": '
+                f'"{child_id}", "late_seconds": {late}}}\n'
             )
 
 
-def _apply(line: bytes, groups: dict[int, tuple[float, str]]) -> bool:
-    """Apply one message; False for `exit`."""
+def _number(text: bytes) -> float:
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _apply(line: bytes, children: Table) -> bool:
+    """Apply one message; False for `exit`.
+
+    `=<child_id> <kill_by>`: a child about to be spawned (found by its marker until named);
+    `+<pgid> <kill_by> <child_id>`: its process group, or a new deadline;
+    `-<pgid> <child_id>`: forget it.
+    """
     if line == b"exit":
         return False
     op, _, rest = line.partition(b" ")
-    if op[1:].isdigit():
-        pgid = int(op[1:])
-        if op[:1] == b"+":
+    kind, arg = op[:1], op[1:]
+    if kind == b"=" and arg:
+        children[arg.decode(errors="replace")] = [_number(rest), 0.0]
+    elif kind in (b"+", b"-") and arg.isdigit():
+        pgid = int(arg)
+        if kind == b"+":
             kill_by, _, child_id = rest.partition(b" ")
-            try:
-                deadline = float(kill_by) if kill_by else 0.0
-            except ValueError:
-                deadline = 0.0
-            groups[pgid] = (deadline, child_id.decode(errors="replace"))
-        elif op[:1] == b"-":
-            groups.pop(pgid, None)
+            key = child_id.decode(errors="replace") or f"pg{pgid}"
+            children[key] = [_number(kill_by), float(pgid)]
+        else:
+            key = rest.decode(errors="replace") or f"pg{pgid}"
+            children.pop(key, None)
     return True
 
 
@@ -123,18 +145,18 @@ def _main(argv: list[str]) -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
 
-    groups: dict[int, tuple[float, str]] = {}  # pgid -> (kill_by, child_id)
+    children: Table = {}
     while True:
         now = time.monotonic()
-        _kill_overdue(groups, now)
-        next_due = min((t for t, _ in groups.values() if t), default=None)
+        _kill_overdue(children, now)
+        next_due = min((t for t, _ in children.values() if t), default=None)
         lines = pipe.read(None if next_due is None else max(0.0, next_due - now))
         if lines is None:
             break  # the supervisor is gone
         for line in lines:
-            if not _apply(line, groups):
+            if not _apply(line, children):
                 return 0
-    _kill_everything(groups, instance_id)
+    _kill_everything(children, instance_id)
     return 0
 
 

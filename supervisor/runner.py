@@ -64,17 +64,14 @@ class ChildResult:
 
 
 class Child:
-    """One handler process and everything it starts.
+    """One handler process and everything it starts; its descendants do not outlive it.
 
-    A handler's descendants do not outlive it: when it exits, whatever is still alive in its
-    process group gets SIGTERM, then SIGKILL after min(1s, kill_grace), and a descendant that
-    left the group but still holds the output pipes is killed too. kill() and timeouts also
-    hunt descendants that left the group (found by PUNCHCLOCK_CHILD_ID in their environment),
-    and a Keeper kills the lot if the supervisor itself dies (or freezes past `kill_by`).
-    What daemonised away from the group entirely is adopted and killed by Orphans.
-
-    A child that exits with an empty group and closed pipes (the common case) completes from
-    event-loop callbacks alone: no task, no thread, no timer beyond an optional timeout.
+    At its exit what is left in its group gets SIGTERM, then SIGKILL after min(1s,
+    kill_grace), and a descendant holding the output pipes is killed too; kill() and timeouts
+    also hunt descendants marked with PUNCHCLOCK_CHILD_ID. A Keeper kills the lot if the
+    supervisor dies (or freezes past `kill_by`); Orphans kills what daemonised away.
+    The common case (an empty group and closed pipes at exit) completes from event-loop
+    callbacks alone: no task, no thread, no timer beyond an optional timeout.
     """
 
     pid: int | None
@@ -134,8 +131,7 @@ class Child:
             await asyncio.shield(self._killer)
         await asyncio.shield(self._exited)
 
-    def set_kill_by(self, kill_by: float) -> None:
-        """Move the keeper's kill-by deadline (after a lease renewal)."""
+    def set_kill_by(self, kill_by: float) -> None:  # after a lease renewal
         if self.keeper is not None and self.pid is not None and not self._exited.done():
             self.keeper.register(self.pid, kill_by, self.child_id)
 
@@ -144,9 +140,13 @@ class Child:
         env = {**spec.env, CHILD_ID_ENV: self.child_id}
         if self.keeper is not None:
             env[INSTANCE_ENV] = self.keeper.instance_id
+            if spec.kill_by is not None:
+                self.keeper.announce(self.child_id, spec.kill_by)
         try:
             proc = start_process(spec.argv, env, spec.cwd)
         except (OSError, ValueError) as exc:
+            if self.keeper is not None:
+                self.keeper.unregister(0, self.child_id)
             error = spawn_error_text(spec.argv, spec.cwd, exc)
             self._done.set_result(
                 ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
@@ -317,7 +317,7 @@ class Child:
         for tail in self._tails:
             self._close_stream(tail)
         if self.keeper is not None and self.pid is not None:
-            self.keeper.unregister(self.pid)
+            self.keeper.unregister(self.pid, self.child_id)
         if self.orphans is not None and self.pid is not None:
             self.orphans.finished(self.pid)  # kills what daemonised and was adopted by us
         self._done.set_result(self._result())

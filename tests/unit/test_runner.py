@@ -545,3 +545,47 @@ async def test_keeper_kills_a_frozen_supervisors_child_at_its_deadline(tmp_path:
         if fake.stdout is not None:
             fake.stdout.close()
     await wait_for(lambda: is_dead(int(renewed)) and is_dead(int(keeper)), timeout=5)
+
+
+FROZEN_BEFORE_REGISTERING = """
+import asyncio, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+import supervisor.keeper as keeper_module
+from supervisor.runner import Child, ChildSpec
+
+keeper_module._COALESCE_SECONDS = 3600.0  # the group registration is never written
+
+async def main():
+    keeper = await keeper_module.Keeper.start(sys.argv[2])
+    env = {"PATH": "/usr/bin:/bin", "PUNCHCLOCK_TEST_SESSION": sys.argv[3]}
+    kill_by = time.monotonic() + 1.0
+    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by), keeper)
+    print(child.pid, kill_by, flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the coalescing window
+
+asyncio.run(main())
+"""
+
+
+async def test_keeper_kills_at_the_deadline_a_child_whose_group_it_never_heard_of() -> None:
+    # The soak's finding: a supervisor frozen within 10 ms of a spawn left the keeper with
+    # no deadline for that child, which then overlapped the run's next execution.
+    fake = subprocess.Popen(
+        [PY, "-c", FROZEN_BEFORE_REGISTERING, str(ROOT), uuid.uuid4().hex, SESSION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        async with asyncio.timeout(20):
+            line = await asyncio.to_thread(fake.stdout.readline)
+        child_pid, kill_by = int(line.split()[0]), float(line.split()[1])
+        await wait_for(lambda: psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED)
+        await wait_for(lambda: is_dead(child_pid), timeout=5)
+        assert time.monotonic() >= kill_by
+        assert psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED
+    finally:
+        fake.kill()
+        fake.wait()
+        if fake.stdout is not None:
+            fake.stdout.close()
