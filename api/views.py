@@ -3,19 +3,20 @@ these): timestamps ISO-8601 in UTC with a Z offset, durations in seconds, enums 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from supervisor import schedule
 from supervisor.domain import Job, JobSchedule, UnloadableSchedule
+from supervisor.model import utc_iso
 from supervisor.store import Record
 
 
 def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return utc_iso(value)
 
 
 def local(value: datetime | None, zone: str) -> str | None:

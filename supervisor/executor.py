@@ -19,19 +19,19 @@ import signal
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from supervisor import lease
 from supervisor.completer import Completer
 from supervisor.faces import AttemptEnded
 from supervisor.log import log_event
-from supervisor.model import RunStatus
+from supervisor.model import RunStatus, utc_iso
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child, ChildResult, ChildSpec
 from supervisor.store import DB_ERRORS, Completion, Store
-from supervisor.verdict import ERROR_STDERR_CHARS, verdict
+from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
 DEFAULT_TIMEOUT = 3600.0
 
@@ -45,6 +45,9 @@ class Phase(enum.Enum):
     LOST = "lost"  # a renewal did not find the run: its child is killed at once
     FENCED = "fenced"  # the lease could not be renewed in time: its child is being killed
     RELEASED = "released"  # given back at shutdown: no completion is sent
+    # The database handed the run out again, to us: it lost the claim this execution runs
+    # under (a failover on asynchronous replication). Killed, and no completion is sent.
+    SUPERSEDED = "superseded"
     # The child has ended and its result is queued. Its lease is still renewed, but a
     # renewal that misses the run no longer means "lost": the completion may just have been
     # recorded, and the fenced completion itself tells a late result apart.
@@ -52,10 +55,13 @@ class Phase(enum.Enum):
 
 
 NEXT_PHASES: dict[Phase, frozenset[Phase]] = {
-    Phase.RUNNING: frozenset({Phase.LOST, Phase.FENCED, Phase.RELEASED, Phase.COMPLETING}),
-    Phase.FENCED: frozenset({Phase.LOST, Phase.RELEASED, Phase.COMPLETING}),
-    Phase.LOST: frozenset({Phase.RELEASED, Phase.COMPLETING}),
+    Phase.RUNNING: frozenset(
+        {Phase.LOST, Phase.FENCED, Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}
+    ),
+    Phase.FENCED: frozenset({Phase.LOST, Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}),
+    Phase.LOST: frozenset({Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}),
     Phase.RELEASED: frozenset(),
+    Phase.SUPERSEDED: frozenset(),
     Phase.COMPLETING: frozenset(),
 }
 
@@ -185,9 +191,10 @@ class Executor:
             valid_until=claimed_at + self.lease_ttl,
             exclusive=row["exclusive"],
         )
+        old = self.inflight.get(entry.run_id)
         self.inflight[entry.run_id] = entry
         self.running += 1
-        entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row))
+        entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row, old))
 
     def _free_slot(self, entry: InFlight) -> None:
         if not entry.slot_freed:
@@ -196,10 +203,22 @@ class Executor:
             if self.on_slot_free:
                 self.on_slot_free()
 
-    async def _execute(self, entry: InFlight, row: Any) -> None:
+    async def _supersede(self, old: InFlight) -> None:
+        """End an execution whose claim the database lost before the new one starts: two
+        executions of one run never overlap on this host."""
+        if old.phase is Phase.COMPLETING:
+            return  # its child has ended; its result is fenced by its own token
+        old.move(Phase.SUPERSEDED)
+        self._event("superseded", old, reason="the run was claimed again: its claim was lost")
+        if old.child is not None:
+            await old.child.kill("superseded: the run was claimed again", 0)
+
+    async def _execute(self, entry: InFlight, row: Any, old: InFlight | None = None) -> None:
         try:
+            if old is not None:
+                await self._supersede(old)
             result = await self._run_child(entry, row)
-            if entry.phase is Phase.RELEASED:
+            if entry.phase in (Phase.RELEASED, Phase.SUPERSEDED):
                 return
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
             completion = self._completion(entry, row, result)  # reads the phase
@@ -216,13 +235,14 @@ class Executor:
         except Exception:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
         finally:
-            self.inflight.pop(entry.run_id, None)
+            if self.inflight.get(entry.run_id) is entry:  # not superseded by a new claim
+                del self.inflight[entry.run_id]
             self._free_slot(entry)
 
     async def _run_child(self, entry: InFlight, row: Any) -> ChildResult:
         handler = self.registry.handlers.get(row["type"])
         if handler is None:  # unregistered since the claim: fail the attempt, keep going
-            return _not_run(f"no handler registered for type {row['type']!r} on this host")
+            return not_run(f"no handler registered for type {row['type']!r} on this host")
         timeout = row["timeout_seconds"] or handler.timeout_seconds or DEFAULT_TIMEOUT
         deadline = row["db_now"] + timedelta(seconds=timeout)
         env = {
@@ -232,9 +252,9 @@ class Executor:
             "PUNCHCLOCK_JOB_NAME": row["job_name"],
             "PUNCHCLOCK_JOB_TYPE": row["type"],
             "PUNCHCLOCK_ATTEMPT": str(row["attempts"]),
-            "PUNCHCLOCK_SCHEDULED_AT": _iso(row["scheduled_at"]),
+            "PUNCHCLOCK_SCHEDULED_AT": utc_iso(row["scheduled_at"]),
             "PUNCHCLOCK_LEASE_TOKEN": str(row["lease_token"]),
-            "PUNCHCLOCK_DEADLINE": _iso(deadline),
+            "PUNCHCLOCK_DEADLINE": utc_iso(deadline),
         }
         spec = ChildSpec(
             argv=list(handler.argv),
@@ -249,14 +269,14 @@ class Executor:
         if entry.phase is not Phase.RUNNING:
             # Lost, fenced or given back before the child even started: starting it now
             # could overlap another host's execution of the same run.
-            return _not_run("not started: the lease was lost or given back first")
+            return not_run("not started: the lease was lost or given back first")
         entry.child = await Child.spawn(spec, self.keeper, self.orphans)
         queue_delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
         self._event(
             "started",
             entry,
             pid=entry.child.pid,
-            scheduled_at=_iso(row["scheduled_at"]),
+            scheduled_at=utc_iso(row["scheduled_at"]),
             queue_delay=round(queue_delay, 4),
         )
         if self.on_started:
@@ -370,21 +390,3 @@ class Executor:
             else logging.WARNING
         )
         log_event(log, f"run_{event}", level=level, **data)
-
-
-def _iso(ts: datetime) -> str:
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _not_run(error: str) -> ChildResult:
-    return ChildResult(
-        outcome="spawn_failed",
-        exit_code=None,
-        signal=None,
-        error=error,
-        stdout_tail="",
-        stderr_tail="",
-        cpu_seconds=None,
-        peak_rss_bytes=None,
-        duration=0.0,
-    )

@@ -8,6 +8,7 @@ values that code branches on.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from enum import StrEnum
 
 # Job names and handler types are names, never paths: letters, digits and -_.: without a
@@ -19,6 +20,12 @@ NAME = re.compile(NAME_PATTERN)
 TYPE = re.compile(TYPE_PATTERN)
 NAME_RULE = "must be 1-200 letters, digits or -_.: and must not start with a dot"
 TYPE_RULE = "must be 1-100 letters, digits or -_.: and must not start with a dot"
+
+
+def utc_iso(ts: datetime) -> str:
+    """An instant as the API, the logs and handlers write it: ISO 8601 in UTC with a Z
+    (isoformat, not strftime: a year before 1000 keeps its four digits)."""
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class RunStatus(StrEnum):

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from supervisor.errors import InvalidSpec
+from supervisor.model import utc_iso
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -380,9 +381,8 @@ def preview(
     schedule: CronSchedule | OneOffSchedule, after: datetime, count: int
 ) -> list[dict[str, str]]:
     return [
-        # isoformat, not strftime("%Y"): the year must keep four digits before 1000.
         {
-            "utc": t.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "utc": utc_iso(t),
             "local": t.astimezone(schedule.zone).isoformat(),
         }
         for t in schedule.between(after, _FAR_FUTURE, count)

@@ -26,6 +26,11 @@ def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None
     return (rng or random).uniform(b / 2, b)
 
 
+def not_run(error: str) -> ChildResult:
+    """The result of a child that was never started (no handler here, lease gone first)."""
+    return ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
+
+
 def verdict(
     run_id: int,
     lease_token: int,

@@ -11,6 +11,8 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+import psutil
+
 from supervisor.claimer import Claimer, ClaimPass
 from supervisor.executor import Executor, Phase
 from supervisor.faces import AttemptEnded
@@ -189,3 +191,51 @@ async def test_executor_kills_a_child_whose_lease_a_renewal_did_not_find(store: 
     )
     assert (attempt["outcome"], attempt["signal"]) == ("lease_lost", 9)
     assert [e.outcome for e in ended] == ["lease_lost"]
+
+
+async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: Store) -> None:
+    # A failover on asynchronous replication can lose a claim: the new primary hands the
+    # same run out again, here to the same host. The old execution must end before the new
+    # one starts, and send no result of its own.
+    ended: list[AttemptEnded] = []
+    executor = _executor(store, ("sleep", "60"), ended)
+    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
+    try:
+        run_id = await _start_one(store, executor, "lost-claim")
+        old = executor.inflight[run_id]
+        await wait_for(lambda: old.child is not None and old.child.pid, 10, "the first child")
+        assert old.child is not None and old.child.pid is not None
+        old_pid = old.child.pid
+        await store._ex.execute(  # as if the claim had never reached the new primary
+            "DELETE FROM run_attempts WHERE run_id = $1;", run_id
+        )
+        await store._ex.execute(
+            "UPDATE runs SET status = 'scheduled', attempts = 0, lease_owner = NULL,"
+            " lease_expires_at = NULL, lease_token = lease_token - 1 WHERE id = $1",
+            run_id,
+        )
+        [again] = await store.claim_runs(["echo"], 1, "w1", TTL)
+        assert again["lease_token"] == old.lease_token  # the same token, issued twice
+        executor.start(again, time.monotonic())
+        new = executor.inflight[run_id]
+        await wait_for(lambda: new.child is not None and new.child.pid, 10, "the second child")
+        assert old.phase is Phase.SUPERSEDED
+        assert not _alive(old_pid), "the first execution ended before the second started"
+        executor.renewed(executor.leases(), set(), time.monotonic())  # end the second one
+        await wait_for(lambda: executor.in_flight() == 0, 10, "both to end")
+    finally:
+        stop.set()
+        await asyncio.wait_for(service, 10)
+    # One attempt, one result: the superseded execution sent none.
+    assert [e.outcome for e in ended] == ["lease_lost"]
+    rows = await store._ex.fetch(
+        "SELECT attempt, outcome::text FROM run_attempts WHERE run_id = $1", run_id
+    )
+    assert [(r["attempt"], r["outcome"]) for r in rows] == [(1, "lease_lost")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
