@@ -23,12 +23,13 @@ from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
 from supervisor.config import Config, parse_listen
+from supervisor.db import create_pool
 from supervisor.errors import PunchclockError, SchemaMismatch
 from supervisor.log import log_event
 from supervisor.metrics import Metrics
 from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, create_pool
+from supervisor.store import Store
 
 log = logging.getLogger("punchclock.api")
 

@@ -8,9 +8,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from supervisor import schedule
+from supervisor.db import Record
 from supervisor.domain import Job, JobSchedule, UnloadableSchedule
 from supervisor.model import utc_iso
-from supervisor.store import Record
 
 
 def iso(value: datetime | None) -> str | None:

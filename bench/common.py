@@ -23,10 +23,10 @@ from typing import Any
 import asyncpg
 import psutil
 
+from supervisor.db import connect
 from supervisor.migrator import migrate
 from supervisor.pgchain import admin_dsn as pgchain_admin_dsn
 from supervisor.pgchain import with_database
-from supervisor.store import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

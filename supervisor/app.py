@@ -27,6 +27,7 @@ import asyncpg
 from supervisor import __version__, lease
 from supervisor.claimer import Claimer
 from supervisor.config import Config, parse_listen
+from supervisor.db import DB_ERRORS, create_pool
 from supervisor.executor import Executor
 from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
@@ -45,7 +46,7 @@ from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import DB_ERRORS, Store, create_pool
+from supervisor.store import Store
 
 log = logging.getLogger("punchclock.supervisor")
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds

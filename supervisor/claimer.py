@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from supervisor.db import DB_ERRORS
 from supervisor.errors import UniqueConflict
 from supervisor.faces import Slots
 from supervisor.log import log_event
 from supervisor.loop import Loop, Pass
-from supervisor.store import DB_ERRORS, Store
+from supervisor.store import Store
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,8 @@ def _need_db(cfg: Config) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from supervisor.db import connect
     from supervisor.migrator import migrate
-    from supervisor.store import connect
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
@@ -183,8 +183,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_database(dsn: str) -> list[str]:
+    from supervisor.db import connect
     from supervisor.migrator import pending_migrations
-    from supervisor.store import connect
 
     async def run() -> list[str]:
         try:

@@ -12,9 +12,10 @@ import contextlib
 import logging
 import time
 
+from supervisor.db import DB_ERRORS, Record
 from supervisor.log import log_event
 from supervisor.model import RunStatus
-from supervisor.store import DB_ERRORS, Completion, Record, Store
+from supervisor.store import Completion, Store
 
 BATCH = 500
 

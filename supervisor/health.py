@@ -10,10 +10,11 @@ from typing import Any
 
 import asyncpg
 
+from supervisor.db import DB_ERRORS
 from supervisor.errors import SchemaMismatch
 from supervisor.metrics import DatabaseSnapshot
 from supervisor.migrator import pending_migrations
-from supervisor.store import DB_ERRORS, Store
+from supervisor.store import Store
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:

@@ -8,9 +8,10 @@ from collections.abc import Callable
 import asyncpg
 from asyncpg.exceptions import TargetServerAttributeNotMatched
 
+from supervisor.db import DB_ERRORS, open_connection
 from supervisor.log import log_event
 from supervisor.loop import Loop, Pass
-from supervisor.store import DB_ERRORS, WAKE_CHANNEL, open_connection
+from supervisor.store import WAKE_CHANNEL
 
 log = logging.getLogger("punchclock.listener")
 

@@ -13,8 +13,8 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from supervisor.db import DB_ERRORS
 from supervisor.log import log_event
-from supervisor.store import DB_ERRORS
 
 
 @dataclass(frozen=True)

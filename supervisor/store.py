@@ -7,12 +7,9 @@ boundary), other rows as plain records. Migrations live in migrator.py.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from importlib import resources
@@ -20,58 +17,13 @@ from operator import attrgetter
 from typing import Any, cast
 
 import asyncpg
-from asyncpg.connection import LoggedQuery
-from asyncpg.pool import PoolConnectionProxy
 
-from supervisor.config import split_hosts
+from supervisor.db import Conn, Record, read_only_seen
 from supervisor.domain import Job, JobSpec
 from supervisor.errors import UniqueConflict
-from supervisor.log import log_event
-
-Record = asyncpg.Record
-
-# What a lost or restarting database raises through asyncpg: a service that sees one backs
-# off and retries (loop.py). This module is the only one that names asyncpg's errors.
-DB_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    # 57P01: the server is shutting down (a failover stops the old primary). asyncpg closes
-    # the connection; the pool replaces it on the next acquire, on whichever host is writable.
-    asyncpg.AdminShutdownError,
-    # 25006: the server refuses writes (a standby, or a primary fenced read-only). Nothing was
-    # decided there; the store's pool drops its connections (store.create_pool) and the retry
-    # reconnects with target_session_attrs=read-write.
-    asyncpg.ReadOnlySQLTransactionError,
-    asyncpg.CrashShutdownError,
-    asyncpg.QueryCanceledError,
-    # Reconnect storms after a restart can briefly exceed max_connections.
-    asyncpg.TooManyConnectionsError,
-    # asyncpg's protocol can be caught between the server's "terminating connection" error
-    # and the socket closing ("cannot switch to state 15; another operation (2) is in
-    # progress", MagicStack/asyncpg#784, #1069). The pool drops that connection on release;
-    # the next attempt gets a fresh one, so it is retried like any lost connection.
-    asyncpg.InternalClientError,
-    ConnectionError,
-    OSError,
-    asyncio.TimeoutError,
-)
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """asyncpg's unique violation becomes the domain's UniqueConflict (errors.py)."""
-    try:
-        yield
-    except asyncpg.UniqueViolationError as exc:
-        raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
-
-
-Conn = asyncpg.Connection | PoolConnectionProxy
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 WAKE_CHANNEL = "punchclock_wake"
-log = logging.getLogger("punchclock.store")
 
 
 def load_queries() -> dict[str, str]:
@@ -88,149 +40,60 @@ def load_queries() -> dict[str, str]:
 QUERIES = load_queries()
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+class _Translated:
+    """Around every query: asyncpg's unique violation becomes the domain's UniqueConflict
+    (errors.py); a server that refuses writes makes the pool drop its connections before
+    the failing one is reused (db.read_only_seen). One instance per Store, no allocation."""
 
+    __slots__ = ("pool",)
 
-# Per host of a multi-host DSN, as libpq's connect_timeout: asyncpg's one `timeout` spans
-# the whole host list, so a first host that drops packets (a dead machine) would hide the rest.
-HOST_CONNECT_TIMEOUT = 5.0
-# Why a host is passed over for the next one: unreachable, starting or stopping, full, or not
-# what target_session_attrs asks for (TargetServerAttributeNotMatched, an InternalClientError).
-_NEXT_HOST = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.InternalClientError,
-)
-# The host that answered last, per DSN: tried first, so after a failover new connections do
-# not wait on the old primary each time.
-_last_good: dict[str, int] = {}
+    def __init__(self, pool: asyncpg.Pool | None) -> None:
+        self.pool = pool
 
+    async def __aenter__(self) -> None:
+        return None
 
-async def open_connection(dsn: str, **kwargs: Any) -> asyncpg.Connection:
-    """asyncpg.connect, trying each host of a multi-host DSN in turn with its own timeout.
-
-    asyncpg applies target_session_attrs per host (read-write: a standby, or a server with
-    default_transaction_read_only, is passed over). A single-host DSN goes to asyncpg as is.
-    """
-    hosts = split_hosts(dsn)
-    if len(hosts) == 1:
-        return cast(asyncpg.Connection, await asyncpg.connect(dsn, **kwargs))
-    kwargs.setdefault("timeout", HOST_CONNECT_TIMEOUT)
-    first = _last_good.get(dsn, 0)
-    order = [*range(first, len(hosts)), *range(first)]
-    for n, i in enumerate(order):
-        try:
-            conn = cast(asyncpg.Connection, await asyncpg.connect(hosts[i], **kwargs))
-        except _NEXT_HOST:
-            if n == len(order) - 1:
-                raise
-            continue
-        _last_good[dsn] = i
-        return conn
-    raise AssertionError("unreachable")  # the loop returns or raises
-
-
-async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await open_connection(dsn)
-    await _init_connection(conn)
-    return conn
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool release without asyncpg's reset round trip (RESET ALL, UNLISTEN *, unlock all).
-
-    Nothing borrowed from a pool changes session state: transactions are closed by their
-    context managers (asyncpg rolls back an open one before calling this), LISTEN runs on
-    a connection of its own, and the migrator releases its advisory lock itself.
-    """
-
-
-async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, generic_plans: bool = False
-) -> asyncpg.Pool:
-    """A pool of connections with the jsonb codec.
-
-    `generic_plans`: the supervisor's statements are few, fixed and written so their
-    generic plans use the same indexes as custom ones; forcing generic plans saves
-    PostgreSQL planning each claim afresh (the claim's `LIMIT $n` otherwise makes the
-    planner prefer a custom plan every time: about 0.6 ms per claim). DESIGN.md, Database
-    sessions.
-    """
-    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
-    pools: list[asyncpg.Pool] = []  # filled below: the callbacks need the pool they serve
-
-    async def on_query(record: LoggedQuery) -> None:
-        # 25006: this server refuses writes (a standby after a failover, or an old primary
-        # fenced with default_transaction_read_only), and the rest of the pool likely sits on
-        # it too. Expired connections are closed on release and replaced on acquire, where
-        # target_session_attrs=read-write picks the writable host. Runs as a task created
-        # when the query failed, so before the failing connection's own release.
-        if isinstance(record.exception, asyncpg.ReadOnlySQLTransactionError) and pools:
-            host, port = _addr(record.conn_addr)
-            log_event(log, "db_read_only", level=logging.WARNING, host=host, port=port)
-            await pools[0].expire_connections()
-
-    async def init(conn: asyncpg.Connection) -> None:
-        await _init_connection(conn)
-        conn.add_query_logger(on_query)
-
-    pool = await asyncpg.create_pool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
-        init=init,
-        reset=_keep_session,
-        server_settings=settings,
-        # Short command timeout: a hung connection must not hold a lease renewal hostage.
-        command_timeout=30,
-    )
-    assert pool is not None
-    pools.append(pool)
-    return pool
-
-
-def _addr(addr: Any) -> tuple[str, int | None]:
-    """(host, port) of asyncpg's conn_addr: a (host, port) pair, or a unix socket path."""
-    if isinstance(addr, tuple):
-        return str(addr[0]), int(addr[1])
-    return str(addr), None
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if isinstance(exc, asyncpg.UniqueViolationError):
+            raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
+        if isinstance(exc, asyncpg.ReadOnlySQLTransactionError) and self.pool is not None:
+            await read_only_seen(self.pool)
 
 
 class Store:
     """Named queries over a pool or a connection."""
 
-    def __init__(self, executor: asyncpg.Pool | Conn) -> None:
+    def __init__(self, executor: asyncpg.Pool | Conn, pool: asyncpg.Pool | None = None) -> None:
         self._ex = executor
+        self._pool = executor if isinstance(executor, asyncpg.Pool) else pool
+        self._translated = _Translated(self._pool)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Store]:
-        with _translated():  # a deferred unique check fails at COMMIT
+        async with self._translated:  # a deferred unique check fails at COMMIT
             if not isinstance(self._ex, asyncpg.Pool):
                 async with self._ex.transaction():
-                    yield Store(self._ex)
+                    yield Store(self._ex, self._pool)
                 return
             async with self._ex.acquire() as conn, conn.transaction():
-                yield Store(conn)
+                yield Store(conn, self._pool)
 
     async def _fetch(self, name: str, *args: Any) -> list[Record]:
-        with _translated():
+        async with self._translated:
             return await self._ex.fetch(QUERIES[name], *args)
 
     async def _fetchrow(self, name: str, *args: Any) -> Record | None:
-        with _translated():
+        async with self._translated:
             return await self._ex.fetchrow(QUERIES[name], *args)
 
     async def _fetchval(self, name: str, *args: Any) -> Any:
-        with _translated():
+        async with self._translated:
             return await self._ex.fetchval(QUERIES[name], *args)
 
     async def _execute(self, name: str, *args: Any) -> str:
-        with _translated():
+        async with self._translated:
             return await self._ex.execute(QUERIES[name], *args)
 
     # ------------------------------------------------------------ misc

@@ -22,10 +22,11 @@ from typing import Any
 
 from supervisor import jobs, parentwatch
 from supervisor.config import Config, parse_listen
+from supervisor.db import connect
 from supervisor.errors import PunchclockError
 from supervisor.migrator import migrate
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, connect
+from supervisor.store import Store
 from supervisor.watchdog import watch_line
 
 _WAYS_OUT = (

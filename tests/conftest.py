@@ -19,9 +19,10 @@ import psutil
 import pytest
 
 from supervisor import pgchain
+from supervisor.db import connect, create_pool
 from supervisor.migrator import migrate
 from supervisor.pgchain import with_database
-from supervisor.store import Store, connect, create_pool
+from supervisor.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -31,9 +31,10 @@ import asyncpg
 import pytest
 
 from supervisor import jobs
+from supervisor.db import connect, create_pool
 from supervisor.migrator import migrate
 from supervisor.pgserver import SUPERUSER, LocalPostgres
-from supervisor.store import Store, connect, create_pool
+from supervisor.store import Store
 
 from ..helpers import job, wait_for
 from .procs import Cluster, Supervisor, free_port

@@ -12,7 +12,8 @@ import asyncpg
 import pytest
 
 from supervisor.config import ConfigError, dsn_problems, load, split_hosts
-from supervisor.store import DB_ERRORS, HOST_CONNECT_TIMEOUT, Store, connect, create_pool
+from supervisor.db import DB_ERRORS, HOST_CONNECT_TIMEOUT, connect, create_pool
+from supervisor.store import Store
 
 URL = "postgresql://u:p%40ss@h1:5432,h2:5433/db?target_session_attrs=read-write"
 

@@ -7,8 +7,9 @@ import asyncio
 import asyncpg
 import pytest
 
+from supervisor.db import create_pool
 from supervisor.errors import UniqueConflict
-from supervisor.store import Completion, Store, create_pool
+from supervisor.store import Completion, Store
 
 from ..helpers import job
 

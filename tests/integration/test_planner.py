@@ -9,9 +9,10 @@ from datetime import timedelta
 import asyncpg
 
 from supervisor import jobs
+from supervisor.db import create_pool
 from supervisor.planner import Planner
 from supervisor.planning import PlanLimits
-from supervisor.store import Store, create_pool
+from supervisor.store import Store
 
 from ..helpers import job
 

@@ -11,9 +11,10 @@ import asyncpg
 import pytest
 
 from supervisor import migrator as store_mod
+from supervisor.db import connect
 from supervisor.errors import SchemaMismatch
 from supervisor.migrator import migrate, pending_migrations
-from supervisor.store import QUERIES, Store, connect
+from supervisor.store import QUERIES, Store
 
 from ..conftest import with_database
 

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 CORE = {
-    "__init__", "config", "domain", "errors", "health", "httpd", "jobs", "jobspec", "log",
+    "__init__", "config", "db", "domain", "errors", "health", "httpd", "jobs", "jobspec", "log",
     "metrics", "migrator", "model", "planning", "runs", "schedule", "store",
 }  # fmt: skip
 LOCAL = {"pgbin", "pgchain", "pgserver", "up", "watchdog"}

@@ -1,0 +1,145 @@
+"""Connections to PostgreSQL: multi-host DSNs tried host by host, pools with the jsonb
+codec, and what a lost, restarting or read-only database raises (DB_ERRORS). The store's
+queries run over these; only this module and store.py name asyncpg's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, cast
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from supervisor.config import split_hosts
+from supervisor.log import log_event
+
+log = logging.getLogger("punchclock.db")
+Conn = asyncpg.Connection | PoolConnectionProxy
+Record = asyncpg.Record
+
+# What a lost or restarting database raises through asyncpg: a service that sees one backs
+# off and retries (loop.py).
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    # 57P01: the server is shutting down (a failover stops the old primary). asyncpg closes
+    # the connection; the pool replaces it on the next acquire, on whichever host is writable.
+    asyncpg.AdminShutdownError,
+    # 25006: the server refuses writes (a standby, or a primary fenced read-only). Nothing was
+    # decided there; the store's pool drops its connections (store.create_pool) and the retry
+    # reconnects with target_session_attrs=read-write.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.CrashShutdownError,
+    asyncpg.QueryCanceledError,
+    # Reconnect storms after a restart can briefly exceed max_connections.
+    asyncpg.TooManyConnectionsError,
+    # asyncpg's protocol can be caught between the server's "terminating connection" error
+    # and the socket closing ("cannot switch to state 15; another operation (2) is in
+    # progress", MagicStack/asyncpg#784, #1069). The pool drops that connection on release;
+    # the next attempt gets a fresh one, so it is retried like any lost connection.
+    asyncpg.InternalClientError,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+# Per host of a multi-host DSN, as libpq's connect_timeout: asyncpg's one `timeout` spans
+# the whole host list, so a first host that drops packets (a dead machine) would hide the rest.
+HOST_CONNECT_TIMEOUT = 5.0
+# Why a host is passed over for the next one: unreachable, starting or stopping, full, or not
+# what target_session_attrs asks for (TargetServerAttributeNotMatched, an InternalClientError).
+_NEXT_HOST = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InternalClientError,
+)
+# The host that answered last, per DSN: tried first, so after a failover new connections do
+# not wait on the old primary each time.
+_last_good: dict[str, int] = {}
+
+
+async def open_connection(dsn: str, **kwargs: Any) -> asyncpg.Connection:
+    """asyncpg.connect, trying each host of a multi-host DSN in turn with its own timeout.
+
+    asyncpg applies target_session_attrs per host (read-write: a standby, or a server with
+    default_transaction_read_only, is passed over). A single-host DSN goes to asyncpg as is.
+    """
+    hosts = split_hosts(dsn)
+    if len(hosts) == 1:
+        return cast(asyncpg.Connection, await asyncpg.connect(dsn, **kwargs))
+    kwargs.setdefault("timeout", HOST_CONNECT_TIMEOUT)
+    first = _last_good.get(dsn, 0)
+    order = [*range(first, len(hosts)), *range(first)]
+    for n, i in enumerate(order):
+        try:
+            conn = cast(asyncpg.Connection, await asyncpg.connect(hosts[i], **kwargs))
+        except _NEXT_HOST:
+            if n == len(order) - 1:
+                raise
+            continue
+        _last_good[dsn] = i
+        return conn
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await open_connection(dsn)
+    await _init_connection(conn)
+    return conn
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release without asyncpg's reset round trip (RESET ALL, UNLISTEN *, unlock all).
+
+    Nothing borrowed from a pool changes session state: transactions are closed by their
+    context managers (asyncpg rolls back an open one before calling this), LISTEN runs on
+    a connection of its own, and the migrator releases its advisory lock itself.
+    """
+
+
+async def create_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, generic_plans: bool = False
+) -> asyncpg.Pool:
+    """A pool of connections with the jsonb codec.
+
+    `generic_plans`: the supervisor's statements are few, fixed and written so their
+    generic plans use the same indexes as custom ones; forcing generic plans saves
+    PostgreSQL planning each claim afresh (the claim's `LIMIT $n` otherwise makes the
+    planner prefer a custom plan every time: about 0.6 ms per claim). DESIGN.md, Database
+    sessions.
+    """
+    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
+        init=_init_connection,
+        reset=_keep_session,
+        server_settings=settings,
+        # Short command timeout: a hung connection must not hold a lease renewal hostage.
+        command_timeout=30,
+    )
+    assert pool is not None
+    return pool
+
+
+async def read_only_seen(pool: asyncpg.Pool) -> None:
+    """25006: the server refuses writes (a standby after a failover, or an old primary fenced
+    with default_transaction_read_only), and the rest of the pool likely sits on it too.
+    Expired connections are closed and replaced on the next acquire, where
+    target_session_attrs=read-write picks the writable host."""
+    log_event(log, "db_read_only", level=logging.WARNING)
+    await pool.expire_connections()
