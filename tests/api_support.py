@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -129,3 +130,30 @@ class ApiProcess:
             if line is not None:
                 self.lines.append(line)
         return code
+
+
+def run_schemathesis(
+    dsn: str, tmp_path: Path, seconds: float, args: list[str], env: dict[str, str] | None = None
+) -> None:
+    """Run schemathesis's `st run` against a live API process for `seconds` (its own CLI, as
+    an operator would); fail on any failed check, and if the API process died meanwhile."""
+    st = Path(sys.executable).with_name("st")
+    with api_process(dsn, "--listen", "127.0.0.1:0", "--api-token", TOKENS[0]) as proc:
+        url = proc.url()
+        result = subprocess.run(
+            [
+                *(str(st), "--no-color", "run", f"{url}/openapi.json"),
+                *("--header", f"Authorization: Bearer {ADMIN}"),
+                *("--max-time", str(seconds), "--request-timeout", "10", *args),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=False,
+            env={**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+            | (env or {}),
+        )
+        assert proc.proc.poll() is None, "the API process survived the run"
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
+    assert "passed" in result.stdout
