@@ -7,8 +7,9 @@ instead of waiting it out. The executor runs real (tiny) child processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import psutil
@@ -149,20 +150,29 @@ async def _start_one(store: Store, executor: Executor, name: str) -> int:
     return run_id
 
 
+@contextlib.asynccontextmanager
+async def _running_executor(
+    store: Store, argv: tuple[str, ...]
+) -> AsyncIterator[tuple[Executor, list[AttemptEnded]]]:
+    """An executor for handler `argv` with its completer running; what ended is listed."""
+    ended: list[AttemptEnded] = []
+    executor = _executor(store, argv, ended)
+    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
+    try:
+        yield executor, ended
+    finally:
+        stop.set()
+        await asyncio.wait_for(service, 10)
+
+
 async def _status(store: Store, run_id: int) -> str:
     return str(await store._ex.fetchval("SELECT status::text FROM runs WHERE id = $1", run_id))
 
 
 async def test_executor_records_a_childs_result(store: Store) -> None:
-    ended: list[AttemptEnded] = []
-    executor = _executor(store, ("sh", "-c", "cat; exit 3"), ended)
-    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
-    try:
+    async with _running_executor(store, ("sh", "-c", "cat; exit 3")) as (executor, ended):
         run_id = await _start_one(store, executor, "fails")
         await wait_for(lambda: executor.in_flight() == 0, 10, "the attempt to end")
-    finally:
-        stop.set()
-        await asyncio.wait_for(service, 10)
     assert ended == [AttemptEnded("fails", "echo", "failed", ended[0].duration)]
     assert await _status(store, run_id) == "failed"  # a retry is scheduled
     tail = await store._ex.fetchval(
@@ -172,19 +182,13 @@ async def test_executor_records_a_childs_result(store: Store) -> None:
 
 
 async def test_executor_kills_a_child_whose_lease_a_renewal_did_not_find(store: Store) -> None:
-    ended: list[AttemptEnded] = []
-    executor = _executor(store, ("sleep", "60"), ended)
-    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
-    try:
+    async with _running_executor(store, ("sleep", "60")) as (executor, ended):
         run_id = await _start_one(store, executor, "sleeps")
         entry = executor.inflight[run_id]
         await wait_for(lambda: entry.child is not None and entry.child.pid, 10, "the child")
         executor.renewed(executor.leases(), set(), time.monotonic())  # the run is not ours
         assert entry.phase is Phase.LOST
         await wait_for(lambda: executor.in_flight() == 0, 10, "the child to be killed")
-    finally:
-        stop.set()
-        await asyncio.wait_for(service, 10)
     # Still our lease in the database (nothing else took it): recorded as lease_lost.
     [attempt] = await store._ex.fetch(
         "SELECT outcome::text, signal FROM run_attempts WHERE run_id = $1", run_id
@@ -197,10 +201,7 @@ async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: S
     # A failover on asynchronous replication can lose a claim: the new primary hands the
     # same run out again, here to the same host. The old execution must end before the new
     # one starts, and send no result of its own.
-    ended: list[AttemptEnded] = []
-    executor = _executor(store, ("sleep", "60"), ended)
-    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
-    try:
+    async with _running_executor(store, ("sleep", "60")) as (executor, ended):
         run_id = await _start_one(store, executor, "lost-claim")
         old = executor.inflight[run_id]
         await wait_for(lambda: old.child is not None and old.child.pid, 10, "the first child")
@@ -223,9 +224,6 @@ async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: S
         assert not _alive(old_pid), "the first execution ended before the second started"
         executor.renewed(executor.leases(), set(), time.monotonic())  # end the second one
         await wait_for(lambda: executor.in_flight() == 0, 10, "both to end")
-    finally:
-        stop.set()
-        await asyncio.wait_for(service, 10)
     # One attempt, one result: the superseded execution sent none.
     assert [e.outcome for e in ended] == ["lease_lost"]
     rows = await store._ex.fetch(

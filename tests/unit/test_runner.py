@@ -407,23 +407,33 @@ asyncio.run(main())
 
 
 @contextlib.asynccontextmanager
-async def fake_supervisor(
+async def fake_process(
     script: str, *args: str
-) -> AsyncIterator[tuple[subprocess.Popen[str], int, int]]:
-    """Run `script` (it prints "<child pid> <keeper pid>"); yield (process, child, keeper)."""
+) -> AsyncIterator[tuple[subprocess.Popen[str], list[str]]]:
+    """Run `script` (argv: ROOT, a keeper instance id, *args); yield it and the words of the
+    first line it prints. It is SIGKILLed on the way out."""
     fake = subprocess.Popen([PY, "-c", script, str(ROOT), uuid.uuid4().hex, *args],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert fake.stdout is not None
         async with asyncio.timeout(20):
             line = await asyncio.to_thread(fake.stdout.readline)
-        child_pid, keeper_pid = map(int, line.split())
-        yield fake, child_pid, keeper_pid
+        yield fake, line.split()
     finally:
         fake.kill()
         fake.wait()
         if fake.stdout is not None:
             fake.stdout.close()
+
+
+@contextlib.asynccontextmanager
+async def fake_supervisor(
+    script: str, *args: str
+) -> AsyncIterator[tuple[subprocess.Popen[str], int, int]]:
+    """Run `script` (it prints "<child pid> <keeper pid>"); yield (process, child, keeper)."""
+    async with fake_process(script, *args) as (fake, words):
+        child_pid, keeper_pid = map(int, words)
+        yield fake, child_pid, keeper_pid
 
 
 async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Path) -> None:
@@ -519,32 +529,20 @@ asyncio.run(main())
 
 
 async def test_keeper_kills_a_frozen_supervisors_child_at_its_deadline(tmp_path: Path) -> None:
-    fake = subprocess.Popen(
-        [PY, "-c", FROZEN_SUPERVISOR, str(ROOT), uuid.uuid4().hex, str(tmp_path), SESSION],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert fake.stdout is not None
-        async with asyncio.timeout(20):
-            line = await asyncio.to_thread(fake.stdout.readline)
-        doomed, renewed, kill_by, keeper = (float(x) for x in line.split())
+    async with fake_process(FROZEN_SUPERVISOR, str(tmp_path), SESSION) as (fake, words):
+        doomed, renewed, keeper = int(words[0]), int(words[1]), int(words[3])
+        kill_by = float(words[2])
         await wait_for((tmp_path / "esc").exists)
         escaped = pid_in(tmp_path / "esc")
         await wait_for(lambda: psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED)
         # The deadline passes with the supervisor frozen: the child's group and its escaped
         # descendant die then, not when the supervisor wakes up.
-        await wait_for(lambda: is_dead(int(doomed)) and is_dead(escaped), timeout=5)
+        await wait_for(lambda: is_dead(doomed) and is_dead(escaped), timeout=5)
         assert time.monotonic() >= kill_by
         # A renewed deadline holds: that child lives on, as does the frozen supervisor.
-        assert not is_dead(int(renewed)) and not is_dead(int(keeper))
+        assert not is_dead(renewed) and not is_dead(keeper)
         assert psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED
-    finally:
-        fake.kill()
-        fake.wait()
-        if fake.stdout is not None:
-            fake.stdout.close()
-    await wait_for(lambda: is_dead(int(renewed)) and is_dead(int(keeper)), timeout=5)
+    await wait_for(lambda: is_dead(renewed) and is_dead(keeper), timeout=5)
 
 
 FROZEN_BEFORE_REGISTERING = """
@@ -570,22 +568,9 @@ asyncio.run(main())
 async def test_keeper_kills_at_the_deadline_a_child_whose_group_it_never_heard_of() -> None:
     # The soak's finding: a supervisor frozen within 10 ms of a spawn left the keeper with
     # no deadline for that child, which then overlapped the run's next execution.
-    fake = subprocess.Popen(
-        [PY, "-c", FROZEN_BEFORE_REGISTERING, str(ROOT), uuid.uuid4().hex, SESSION],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert fake.stdout is not None
-        async with asyncio.timeout(20):
-            line = await asyncio.to_thread(fake.stdout.readline)
-        child_pid, kill_by = int(line.split()[0]), float(line.split()[1])
+    async with fake_process(FROZEN_BEFORE_REGISTERING, SESSION) as (fake, words):
+        child_pid, kill_by = int(words[0]), float(words[1])
         await wait_for(lambda: psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED)
         await wait_for(lambda: is_dead(child_pid), timeout=5)
         assert time.monotonic() >= kill_by
         assert psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED
-    finally:
-        fake.kill()
-        fake.wait()
-        if fake.stdout is not None:
-            fake.stdout.close()
