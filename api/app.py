@@ -22,14 +22,14 @@ from api.auth import ROLE_KEY, Tokens, auth_middleware, check_exposure
 from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
-from supervisor.config import Config, parse_listen
-from supervisor.db import create_pool
-from supervisor.errors import PunchclockError, SchemaMismatch
-from supervisor.log import log_event
-from supervisor.metrics import Metrics
-from supervisor.migrator import check_schema, migrate, pending_migrations
-from supervisor.planning import PlanLimits
-from supervisor.store import Store
+from supervisor.core.config import Config, parse_listen
+from supervisor.core.db import create_pool
+from supervisor.core.errors import PunchclockError, SchemaMismatch
+from supervisor.core.log import log_event
+from supervisor.core.metrics import Metrics
+from supervisor.core.migrator import check_schema, migrate, pending_migrations
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 
 log = logging.getLogger("punchclock.api")
 

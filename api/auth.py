@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from api.problems import ApiError, Handler
-from supervisor.config import ConfigError
+from supervisor.core.config import ConfigError
 
 READ, ADMIN = "read", "admin"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -14,8 +14,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from supervisor.errors import InvalidSpec
-from supervisor.jobspec import checked_instant
+from supervisor.core.errors import InvalidSpec
+from supervisor.core.jobspec import checked_instant
 
 VERSION = 1
 MAX_LENGTH = 512

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from supervisor.health import database_snapshot
-from supervisor.httpd import health_routes
-from supervisor.metrics import Metrics
-from supervisor.store import Store
+from supervisor.core.health import database_snapshot
+from supervisor.core.httpd import health_routes
+from supervisor.core.metrics import Metrics
+from supervisor.core.store import Store
 
 
 def observability_routes(

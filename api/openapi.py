@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the API, written as data, served at GET /openapi.json.
 
-It mirrors api/views.py (responses, see openapi_schemas), supervisor/jobs.py (job fields)
+It mirrors api/views.py (responses, see openapi_schemas), supervisor/core/jobspec.py (job fields)
 and the routes; the tests validate it, compare its paths with the router and run
 schemathesis against the live app, so a drift shows up there.
 """
@@ -28,7 +28,7 @@ from api.openapi_schemas import (
     ref,
 )
 from supervisor import __version__
-from supervisor.model import RunStatus
+from supervisor.core.model import RunStatus
 
 routes = web.RouteTableDef()
 

@@ -1,4 +1,4 @@
-"""OpenAPI 3.1 component schemas: the shapes of api/views.py and supervisor/jobs.py fields.
+"""OpenAPI 3.1 component schemas: the shapes of api/views.py and supervisor/core/jobspec.py fields.
 
 Builders (obj, null, ref) keep the document short; api/openapi.py uses them for the paths.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.model import (
+from supervisor.core.model import (
     NAME_PATTERN,
     TYPE_PATTERN,
     Catchup,

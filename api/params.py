@@ -14,8 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from api.problems import ApiError
-from supervisor.errors import InvalidSpec, InvalidSpecs
-from supervisor.jobspec import checked_instant
+from supervisor.core.errors import InvalidSpec, InvalidSpecs
+from supervisor.core.jobspec import checked_instant
 
 MAX_ID = 2**63 - 1
 

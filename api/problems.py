@@ -17,9 +17,9 @@ import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from supervisor.db import DB_ERRORS
-from supervisor.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
-from supervisor.log import log_event
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.core.log import log_event
 
 log = logging.getLogger("punchclock.api")
 PROBLEM_JSON = "application/problem+json"

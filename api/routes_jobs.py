@@ -1,5 +1,5 @@
 """/v1/jobs and /v1/schedule/preview: create, list, show, update, delete, pause, resume,
-trigger, and the schedule preview. Validation is supervisor.jobs' (shared with the CLI)."""
+trigger, and the schedule preview. Validation is supervisor.core.jobspec's (shared with the CLI)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from aiohttp import web
 from api import cursor, views
 from api.params import NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
-from supervisor import jobs, schedule
-from supervisor.domain import Job
-from supervisor.errors import InvalidSpec, NotFound
-from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE
+from supervisor.core import jobs, schedule
+from supervisor.core.domain import Job
+from supervisor.core.errors import InvalidSpec, NotFound
+from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE
 
 routes = web.RouteTableDef()
 JOB = "/v1/jobs/{id:[0-9]+}"

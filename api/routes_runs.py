@@ -11,9 +11,9 @@ from aiohttp import web
 from api import cursor, views
 from api.params import Query, no_query, path_id
 from api.state import store
-from supervisor import runs
-from supervisor.model import NAME, NAME_RULE, RunStatus
-from supervisor.runs import RunFilters
+from supervisor.core import runs
+from supervisor.core.model import NAME, NAME_RULE, RunStatus
+from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
 RUN = "/v1/runs/{id:[0-9]+}"

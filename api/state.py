@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from supervisor.config import Config
-from supervisor.planning import PlanLimits
-from supervisor.store import Store
+from supervisor.core.config import Config
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 
 STORE = web.AppKey("store", Store)
 CONFIG = web.AppKey("config", Config)

@@ -7,10 +7,10 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from supervisor import schedule
-from supervisor.db import Record
-from supervisor.domain import Job, JobSchedule, UnloadableSchedule
-from supervisor.model import utc_iso
+from supervisor.core import schedule
+from supervisor.core.db import Record
+from supervisor.core.domain import Job, JobSchedule, UnloadableSchedule
+from supervisor.core.model import utc_iso
 
 
 def iso(value: datetime | None) -> str | None:

@@ -20,9 +20,9 @@ import asyncpg
 
 from api import cursor
 from bench.common import Context, ScenarioResult, api_url, summary
-from supervisor import runs as run_ops
-from supervisor.runs import RunFilters
-from supervisor.store import QUERIES, Store
+from supervisor.core import runs as run_ops
+from supervisor.core.runs import RunFilters
+from supervisor.core.store import QUERIES, Store
 
 NAME = "api"
 LIST_P99_TARGET_MS = 20.0

@@ -23,10 +23,10 @@ from typing import Any
 import asyncpg
 import psutil
 
-from supervisor.db import connect
-from supervisor.migrator import migrate
-from supervisor.pgchain import admin_dsn as pgchain_admin_dsn
-from supervisor.pgchain import with_database
+from supervisor.core.db import connect
+from supervisor.core.migrator import migrate
+from supervisor.local.pgchain import admin_dsn as pgchain_admin_dsn
+from supervisor.local.pgchain import with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -164,7 +164,7 @@ def _cpu_model() -> str:
 
 @contextlib.contextmanager
 def admin_dsn() -> Iterator[str]:
-    """The tests' fixture chain (supervisor.pgchain), with a bench URL taking precedence."""
+    """The tests' fixture chain (supervisor.local.pgchain), with a bench URL taking precedence."""
     with pgchain_admin_dsn(
         ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"), "pc-bench-"
     ) as url:

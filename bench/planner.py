@@ -17,11 +17,11 @@ from typing import Any
 import asyncpg
 
 from bench.common import Context, Proc, ScenarioResult, start_supervisors, summary, wait_until
-from supervisor.db import create_pool
-from supervisor.domain import Job
+from supervisor.core.db import create_pool
+from supervisor.core.domain import Job
+from supervisor.core.planning import PlanLimits, plan_job
+from supervisor.core.store import QUERIES, Store
 from supervisor.planner import Planner
-from supervisor.planning import PlanLimits, plan_job
-from supervisor.store import QUERIES, Store
 
 NAME = "planner"
 EXPRESSIONS = [

@@ -1,1 +1,1 @@
-"""Numbered, forward-only SQL migrations (applied by supervisor.store.migrate)."""
+"""Numbered, forward-only SQL migrations (applied by supervisor.core.migrator.migrate)."""

@@ -26,27 +26,27 @@ import asyncpg
 
 from supervisor import __version__, lease
 from supervisor.claimer import Claimer
-from supervisor.config import Config, parse_listen
-from supervisor.db import DB_ERRORS, create_pool
+from supervisor.core.config import Config, parse_listen
+from supervisor.core.db import DB_ERRORS, create_pool
+from supervisor.core.httpd import health_routes, start_side_door
+from supervisor.core.log import log_event
+from supervisor.core.metrics import Metrics
+from supervisor.core.migrator import check_schema, migrate, pending_migrations
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 from supervisor.executor import Executor
 from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
-from supervisor.httpd import health_routes, start_side_door
 from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
 from supervisor.keeper import Keeper
 from supervisor.listener import Listener
-from supervisor.log import log_event
 from supervisor.loop import Loop
-from supervisor.metrics import Metrics
-from supervisor.migrator import check_schema, migrate, pending_migrations
 from supervisor.orphans import Orphans
 from supervisor.planner import Planner
-from supervisor.planning import PlanLimits
 from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
-from supervisor.store import Store
 
 log = logging.getLogger("punchclock.supervisor")
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from supervisor.db import DB_ERRORS
-from supervisor.errors import UniqueConflict
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.errors import UniqueConflict
+from supervisor.core.log import log_event
+from supervisor.core.store import Store
 from supervisor.faces import Slots
-from supervisor.log import log_event
 from supervisor.loop import Loop, Pass
-from supervisor.store import Store
 
 
 @dataclass(frozen=True)

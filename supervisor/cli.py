@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from supervisor import __version__
-from supervisor.config import Config, ConfigError, load, settings_table
-from supervisor.errors import InvalidSpec, PunchclockError, SchemaMismatch
-from supervisor.log import setup_logging
+from supervisor.core.config import Config, ConfigError, load, settings_table
+from supervisor.core.errors import InvalidSpec, PunchclockError, SchemaMismatch
+from supervisor.core.log import setup_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -57,8 +57,8 @@ def _need_db(cfg: Config) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from supervisor.db import connect
-    from supervisor.migrator import migrate
+    from supervisor.core.db import connect
+    from supervisor.core.migrator import migrate
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
@@ -93,8 +93,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from supervisor.pgbin import PgServerError
-    from supervisor.up import run_up
+    from supervisor.local.pgbin import PgServerError
+    from supervisor.local.up import run_up
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
@@ -116,7 +116,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_preview(args: argparse.Namespace) -> int:
-    from supervisor import schedule
+    from supervisor.core import schedule
 
     after = schedule.parse_instant(args.after, "--after") if args.after else datetime.now(UTC)
     if not 1 <= args.count <= 1000:
@@ -183,8 +183,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_database(dsn: str) -> list[str]:
-    from supervisor.db import connect
-    from supervisor.migrator import pending_migrations
+    from supervisor.core.db import connect
+    from supervisor.core.migrator import pending_migrations
 
     async def run() -> list[str]:
         try:

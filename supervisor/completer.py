@@ -12,10 +12,10 @@ import contextlib
 import logging
 import time
 
-from supervisor.db import DB_ERRORS, Record
-from supervisor.log import log_event
-from supervisor.model import RunStatus
-from supervisor.store import Completion, Store
+from supervisor.core.db import DB_ERRORS, Record
+from supervisor.core.log import log_event
+from supervisor.core.model import RunStatus
+from supervisor.core.store import Completion, Store
 
 BATCH = 500
 

@@ -24,14 +24,14 @@ from typing import Any
 
 from supervisor import lease
 from supervisor.completer import Completer
-from supervisor.db import DB_ERRORS
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.log import log_event
+from supervisor.core.model import RunStatus, utc_iso
+from supervisor.core.store import Completion, Store
 from supervisor.faces import AttemptEnded
-from supervisor.log import log_event
-from supervisor.model import RunStatus, utc_iso
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child, ChildResult, ChildSpec
-from supervisor.store import Completion, Store
 from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
 DEFAULT_TIMEOUT = 3600.0

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from supervisor import lease
+from supervisor.core.store import Store
 from supervisor.faces import Leases
 from supervisor.loop import Loop, Pass
-from supervisor.store import Store
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from supervisor.core.metrics import Metrics
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
 from supervisor.loop import Loop
-from supervisor.metrics import Metrics
 from supervisor.orphans import Orphans
 from supervisor.planner import Planner
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import asyncpg
 from asyncpg.exceptions import TargetServerAttributeNotMatched
 
-from supervisor.db import DB_ERRORS, open_connection
-from supervisor.log import log_event
+from supervisor.core.db import DB_ERRORS, open_connection
+from supervisor.core.log import log_event
+from supervisor.core.store import WAKE_CHANNEL
 from supervisor.loop import Loop, Pass
-from supervisor.store import WAKE_CHANNEL
 
 log = logging.getLogger("punchclock.listener")
 

@@ -13,8 +13,8 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from supervisor.db import DB_ERRORS
-from supervisor.log import log_event
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.log import log_event
 
 
 @dataclass(frozen=True)

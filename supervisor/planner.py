@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.log import log_event
+from supervisor.core.log import log_event
+from supervisor.core.planning import PLAN_RETRY, PlanFailure, PlanLimits, plan_jobs
+from supervisor.core.store import Store
 from supervisor.loop import Loop, Pass
-from supervisor.planning import PLAN_RETRY, PlanFailure, PlanLimits, plan_jobs
-from supervisor.store import Store
 
 
 @dataclass(frozen=True)

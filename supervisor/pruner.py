@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.log import log_event
+from supervisor.core.log import log_event
+from supervisor.core.store import Store
 from supervisor.loop import Loop, Pass
-from supervisor.store import Store
 
 DAY = 86400.0
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.log import log_event
+from supervisor.core.log import log_event
+from supervisor.core.model import RunStatus
+from supervisor.core.store import Store
 from supervisor.loop import Loop, Pass
-from supervisor.model import RunStatus
-from supervisor.store import Store
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.model import TYPE, TYPE_RULE
+from supervisor.core.model import TYPE, TYPE_RULE
 
 _KEYS = {"command", "shell", "timeout_seconds", "cwd", "env"}
 _IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 
-from supervisor.model import Outcome, RunStatus
+from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.store import Completion
 from supervisor.runner import ChildResult
-from supervisor.store import Completion
 
 EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
 ERROR_STDERR_CHARS = 2000

@@ -19,8 +19,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
-from supervisor.config import Config
-from supervisor.store import Store
+from supervisor.core.config import Config
+from supervisor.core.store import Store
 
 ADMIN = "admin-token-0123456789abcdef"
 READER = "read-token-0123456789abcdef"

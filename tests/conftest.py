@@ -1,8 +1,8 @@
 """Test fixtures: a real PostgreSQL, and a fresh migrated database per test.
 
-The server comes from supervisor.pgchain (first that works): PUNCHCLOCK_TEST_DATABASE_URL
+The server comes from supervisor.local.pgchain (first that works): PUNCHCLOCK_TEST_DATABASE_URL
 (CI sets it), an admin DSN; testcontainers' PostgreSQL when a Docker engine answers; a
-throwaway local cluster (supervisor.pgserver, the same code as `punchclock up`).
+throwaway local cluster (supervisor.local.pgserver, the same code as `punchclock up`).
 Each test gets `CREATE DATABASE ... TEMPLATE` of a database migrated once per session.
 """
 
@@ -18,11 +18,11 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor import pgchain
-from supervisor.db import connect, create_pool
-from supervisor.migrator import migrate
-from supervisor.pgchain import with_database
-from supervisor.store import Store
+from supervisor.core.db import connect, create_pool
+from supervisor.core.migrator import migrate
+from supervisor.core.store import Store
+from supervisor.local import pgchain
+from supervisor.local.pgchain import with_database
 
 ROOT = Path(__file__).resolve().parent.parent
 

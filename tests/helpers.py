@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from supervisor.domain import JobSpec, cron_schedule
-from supervisor.model import Catchup, Overlap
-from supervisor.schedule import OneOffSchedule, load_zone
+from supervisor.core.domain import JobSpec, cron_schedule
+from supervisor.core.model import Catchup, Overlap
+from supervisor.core.schedule import OneOffSchedule, load_zone
 
 DEADLINE = 30.0
 

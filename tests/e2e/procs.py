@@ -31,8 +31,8 @@ from typing import Any
 
 import psutil
 
-from supervisor.pgbin import _as_user, _server_user, find_bindir
-from supervisor.pgserver import LocalPostgres
+from supervisor.local.pgbin import _as_user, _server_user, find_bindir
+from supervisor.local.pgserver import LocalPostgres
 
 from ..helpers import wait_for
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from supervisor import jobs
-from supervisor.planning import PlanLimits
-from supervisor.store import Store
+from supervisor.core import jobs
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 
 from ..helpers import job
 from .procs import Execution

@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster, read_pids, wait_gone, watch

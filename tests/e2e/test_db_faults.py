@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import LEASE_TTL, Cluster, read_pids, wait_gone, watch

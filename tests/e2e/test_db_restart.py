@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
-from supervisor.db import DB_ERRORS, connect, create_pool
-from supervisor.migrator import migrate
-from supervisor.store import Store
+from supervisor.core.db import DB_ERRORS, connect, create_pool
+from supervisor.core.migrator import migrate
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster, PidMonitor, Supervisor, ThrowawayPostgres, free_port, readyz

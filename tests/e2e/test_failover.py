@@ -30,11 +30,11 @@ import aiohttp
 import asyncpg
 import pytest
 
-from supervisor import jobs
-from supervisor.db import connect, create_pool
-from supervisor.migrator import migrate
-from supervisor.pgserver import SUPERUSER, LocalPostgres
-from supervisor.store import Store
+from supervisor.core import jobs
+from supervisor.core.db import connect, create_pool
+from supervisor.core.migrator import migrate
+from supervisor.core.store import Store
+from supervisor.local.pgserver import SUPERUSER, LocalPostgres
 
 from ..helpers import job, wait_for
 from .procs import Cluster, Supervisor, free_port

@@ -8,7 +8,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import LEASE_TTL, Cluster, free_port, read_pids, scrape, wait_gone, watch

@@ -8,7 +8,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster, free_port, scrape, watch

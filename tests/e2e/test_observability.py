@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from api.observe import observability_routes
-from supervisor.metrics import Metrics
-from supervisor.store import Store
+from supervisor.core.metrics import Metrics
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster, free_port

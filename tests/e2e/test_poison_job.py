@@ -9,8 +9,8 @@ import json
 import urllib.request
 from pathlib import Path
 
-from supervisor import jobs
-from supervisor.store import Store
+from supervisor.core import jobs
+from supervisor.core.store import Store
 
 from ..helpers import job, wait_for
 from .procs import Cluster, free_port

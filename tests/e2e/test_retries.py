@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from supervisor import jobs
-from supervisor.domain import JobSpec
-from supervisor.store import Store
+from supervisor.core import jobs
+from supervisor.core.domain import JobSpec
+from supervisor.core.store import Store
 
 from ..helpers import job, wait_for
 from .procs import LEASE_TTL, Cluster, PidMonitor, Supervisor

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import Cluster, read_pids, wait_gone, watch

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 from .procs import ROOT, free_port

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..api_support import api_client
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from api.auth import Tokens, check_exposure
-from supervisor.config import ConfigError
-from supervisor.store import Store
+from supervisor.core.config import ConfigError
+from supervisor.core.store import Store
 
 from ..api_support import ADMIN, READER, TOKENS, api_client, api_process
 

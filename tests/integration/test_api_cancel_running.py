@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 from aiohttp.test_utils import TestClient
 
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..helpers import wait_for
 

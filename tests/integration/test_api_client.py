@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from supervisor.cli import main
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..api_support import ADMIN, READER, TOKENS, api_client, insert_runs
 from ..helpers import job

@@ -13,7 +13,7 @@ from openapi_spec_validator import validate
 
 from api.app import create_app
 from api.openapi import document
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..api_support import config, insert_runs, run_schemathesis
 from ..helpers import job

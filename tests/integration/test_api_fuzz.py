@@ -20,9 +20,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from api import cursor, routes_runs
-from supervisor import jobspec
-from supervisor.runs import RunFilters
-from supervisor.store import Store
+from supervisor.core import jobspec
+from supervisor.core.runs import RunFilters
+from supervisor.core.store import Store
 
 from ..api_support import insert_runs, run_schemathesis
 from ..helpers import job

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from supervisor import domain, schedule
+from supervisor.core import domain, schedule
+from supervisor.core.store import Store
 from supervisor.planner import Planner
-from supervisor.store import Store
 
 from ..api_support import api_client
 

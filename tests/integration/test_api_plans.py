@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from supervisor.store import QUERIES, Store
+from supervisor.core.store import QUERIES, Store
 
 INF = "'infinity'::timestamptz"
 WHOLE = f"'-infinity'::timestamptz, {INF}"

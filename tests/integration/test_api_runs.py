@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from api import cursor
 from api.app import create_app
-from supervisor.store import Store
+from supervisor.core.store import Store
 
 from ..api_support import config, insert_runs
 from ..helpers import job

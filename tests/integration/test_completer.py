@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from supervisor.completer import Completer
-from supervisor.store import Completion, Store
+from supervisor.core.store import Completion, Store
 
 from .test_lost_replies import TTL, _due_run
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from supervisor import jobs
-from supervisor.planning import PlanLimits
-from supervisor.store import Completion, Store
+from supervisor.core import jobs
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Completion, Store
 
 from ..helpers import job
 

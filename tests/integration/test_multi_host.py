@@ -11,9 +11,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from supervisor.config import ConfigError, dsn_problems, load, split_hosts
-from supervisor.db import DB_ERRORS, HOST_CONNECT_TIMEOUT, connect, create_pool
-from supervisor.store import Store
+from supervisor.core.config import ConfigError, dsn_problems, load, split_hosts
+from supervisor.core.db import DB_ERRORS, HOST_CONNECT_TIMEOUT, connect, create_pool
+from supervisor.core.store import Store
 
 URL = "postgresql://u:p%40ss@h1:5432,h2:5433/db?target_session_attrs=read-write"
 

@@ -7,9 +7,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from supervisor.db import create_pool
-from supervisor.errors import UniqueConflict
-from supervisor.store import Completion, Store
+from supervisor.core.db import create_pool
+from supervisor.core.errors import UniqueConflict
+from supervisor.core.store import Completion, Store
 
 from ..helpers import job
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import asyncpg
 
-from supervisor import jobs
-from supervisor.db import create_pool
+from supervisor.core import jobs
+from supervisor.core.db import create_pool
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 from supervisor.planner import Planner
-from supervisor.planning import PlanLimits
-from supervisor.store import Store
 
 from ..helpers import job
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from supervisor.core.metrics import Metrics
+from supervisor.core.store import Store
 from supervisor.instruments import record_reaped
-from supervisor.metrics import Metrics
 from supervisor.reaper import Reaper, ReapPass
-from supervisor.store import Store
 
 from .test_lost_replies import TTL, _due_run
 

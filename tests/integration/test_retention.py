@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from supervisor import jobs
-from supervisor.planning import PlanLimits
+from supervisor.core import jobs
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
 from supervisor.pruner import Pruner
-from supervisor.store import Store
 
 from ..helpers import job
 

@@ -15,11 +15,11 @@ from typing import Any
 import psutil
 
 from supervisor.claimer import Claimer, ClaimPass
+from supervisor.core.store import Store
 from supervisor.executor import Executor, Phase
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater, RenewPass
 from supervisor.registry import Handler, Registry
-from supervisor.store import Store
 
 from ..helpers import wait_for
 from .test_lost_replies import TTL, _due_run

@@ -10,11 +10,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from supervisor import migrator as store_mod
-from supervisor.db import connect
-from supervisor.errors import SchemaMismatch
-from supervisor.migrator import migrate, pending_migrations
-from supervisor.store import QUERIES, Store
+from supervisor.core import migrator as store_mod
+from supervisor.core.db import connect
+from supervisor.core.errors import SchemaMismatch
+from supervisor.core.migrator import migrate, pending_migrations
+from supervisor.core.store import QUERIES, Store
 
 from ..conftest import with_database
 
@@ -106,7 +106,7 @@ def test_migrations_are_numbered_and_forward_only() -> None:
 
 
 async def test_python_enums_mirror_the_database(pool: asyncpg.Pool) -> None:
-    from supervisor.model import Catchup, Outcome, Overlap, RunStatus, Trigger
+    from supervisor.core.model import Catchup, Outcome, Overlap, RunStatus, Trigger
 
     pairs = {
         "run_status": RunStatus,
@@ -121,7 +121,7 @@ async def test_python_enums_mirror_the_database(pool: asyncpg.Pool) -> None:
 
 
 def test_a_schema_behind_but_compatible_is_accepted() -> None:
-    from supervisor.migrator import REQUIRED_MIGRATION, check_schema
+    from supervisor.core.migrator import REQUIRED_MIGRATION, check_schema
 
     check_schema([])
     check_schema(["9000_added_later.sql"])  # newer than what this build needs: keeps running

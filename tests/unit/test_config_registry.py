@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import ConfigError, load, parse_listen, settings_table
+from supervisor.core.config import ConfigError, load, parse_listen, settings_table
 from supervisor.registry import load_registry
 
 

@@ -10,12 +10,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from api import views
-from supervisor.domain import Job, JobSpec, UnloadableSchedule
-from supervisor.errors import InvalidSpec, InvalidSpecs
-from supervisor.jobspec import validate_job
-from supervisor.model import Catchup, Overlap
-from supervisor.planning import PlanLimits, plan_job
-from supervisor.schedule import CronSchedule, OneOffSchedule
+from supervisor.core.domain import Job, JobSpec, UnloadableSchedule
+from supervisor.core.errors import InvalidSpec, InvalidSpecs
+from supervisor.core.jobspec import validate_job
+from supervisor.core.model import Catchup, Overlap
+from supervisor.core.planning import PlanLimits, plan_job
+from supervisor.core.schedule import CronSchedule, OneOffSchedule
 
 BASE = {"name": "nightly", "type": "echo", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -19,8 +19,8 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor import pgbin, pgserver
-from supervisor.pgserver import LocalPostgres, PgServerError, default_data_dir, find_bindir
+from supervisor.local import pgbin, pgserver
+from supervisor.local.pgserver import LocalPostgres, PgServerError, default_data_dir, find_bindir
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_PG = list(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
@@ -53,7 +53,7 @@ def server_processes(data_dir: Path) -> list[psutil.Process]:
 
 def watchdog_of(launcher_pid: int) -> psutil.Process:
     children = psutil.Process(launcher_pid).children()
-    (watchdog,) = [p for p in children if "supervisor.watchdog" in p.cmdline()]
+    (watchdog,) = [p for p in children if "supervisor.local.watchdog" in p.cmdline()]
     return watchdog
 
 
@@ -165,7 +165,7 @@ def test_long_path_gets_no_unix_socket(data_dir: Path) -> None:
 LAUNCHER = """
 import sys, time
 from pathlib import Path
-from supervisor.pgserver import LocalPostgres
+from supervisor.local.pgserver import LocalPostgres
 print(LocalPostgres(Path(sys.argv[1]), persistent=False).start(), flush=True)
 time.sleep(3600)
 """

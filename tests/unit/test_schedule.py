@@ -1,4 +1,4 @@
-"""supervisor.schedule: cron syntax, error messages, one-offs and the DST rules."""
+"""supervisor.core.schedule: cron syntax, error messages, one-offs and the DST rules."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from supervisor.errors import InvalidSpec
-from supervisor.schedule import (
+from supervisor.core.errors import InvalidSpec
+from supervisor.core.schedule import (
     CronSchedule,
     OneOffSchedule,
     load_zone,

@@ -3,7 +3,7 @@ however it died (parentwatch). pgserver runs one for each local PostgreSQL it st
 `punchclock up` one for its supervisor and API children. PostgreSQL itself has no option to
 watch its parent.
 
-Run as `python -m supervisor.watchdog` (see `parentwatch.spawn`); it reads lines on stdin:
+Run as `python -m supervisor.local.watchdog` (see `parentwatch.spawn`); it reads lines on stdin:
 `+<pid> <SIG>:<grace> ...` names a process and how to stop it, each signal in turn, the next
 only if the process still lives `grace` seconds after the last; `-<pid>` forgets it (`lines`
 builds both). Once the parent is gone it stops every named process at once, then exits, which

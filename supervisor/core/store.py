@@ -18,16 +18,16 @@ from typing import Any, cast
 
 import asyncpg
 
-from supervisor.db import Conn, Record, read_only_seen
-from supervisor.domain import Job, JobSpec
-from supervisor.errors import UniqueConflict
+from supervisor.core.db import Conn, Record, read_only_seen
+from supervisor.core.domain import Job, JobSpec
+from supervisor.core.errors import UniqueConflict
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 WAKE_CHANNEL = "punchclock_wake"
 
 
 def load_queries() -> dict[str, str]:
-    text = resources.files("supervisor").joinpath("queries.sql").read_text()
+    text = resources.files("supervisor.core").joinpath("queries.sql").read_text()
     parts = _QUERY_HEADER.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

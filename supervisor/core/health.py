@@ -10,11 +10,11 @@ from typing import Any
 
 import asyncpg
 
-from supervisor.db import DB_ERRORS
-from supervisor.errors import SchemaMismatch
-from supervisor.metrics import DatabaseSnapshot
-from supervisor.migrator import pending_migrations
-from supervisor.store import Store
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.errors import SchemaMismatch
+from supervisor.core.metrics import DatabaseSnapshot
+from supervisor.core.migrator import pending_migrations
+from supervisor.core.store import Store
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:

@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from supervisor.health import readiness
-from supervisor.metrics import CONTENT_TYPE, Metrics
+from supervisor.core.health import readiness
+from supervisor.core.metrics import CONTENT_TYPE, Metrics
 
 
 def health_routes(

@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from supervisor.errors import InvalidSpec
-from supervisor.model import utc_iso
+from supervisor.core.errors import InvalidSpec
+from supervisor.core.model import utc_iso
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.domain import Job, JobSpec
-from supervisor.errors import Conflict, InvalidSpecs, NotFound, UniqueConflict
-from supervisor.jobspec import validate_job, validate_trigger
-from supervisor.model import Overlap
-from supervisor.planning import PlanLimits, plan_jobs
-from supervisor.store import Store
+from supervisor.core.domain import Job, JobSpec
+from supervisor.core.errors import Conflict, InvalidSpecs, NotFound, UniqueConflict
+from supervisor.core.jobspec import validate_job, validate_trigger
+from supervisor.core.model import Overlap
+from supervisor.core.planning import PlanLimits, plan_jobs
+from supervisor.core.store import Store
 
 # The API's entry points, re-exported so callers need one module for a whole request.
 __all__ = [

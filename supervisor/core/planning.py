@@ -10,9 +10,9 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from supervisor.domain import Job
-from supervisor.model import Overlap, RunStatus
-from supervisor.store import PlannedRow, Store
+from supervisor.core.domain import Job
+from supervisor.core.model import Overlap, RunStatus
+from supervisor.core.store import PlannedRow, Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
 MISSED = "missed"

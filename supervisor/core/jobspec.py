@@ -11,10 +11,10 @@ from dataclasses import MISSING, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor import schedule
-from supervisor.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
-from supervisor.errors import InvalidSpec, InvalidSpecs
-from supervisor.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
+from supervisor.core import schedule
+from supervisor.core.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
+from supervisor.core.errors import InvalidSpec, InvalidSpecs
+from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 
 WEEK = 7 * 24 * 3600
 FIELDS = {

@@ -20,14 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from supervisor import jobs, parentwatch
-from supervisor.config import Config, parse_listen
-from supervisor.db import connect
-from supervisor.errors import PunchclockError
-from supervisor.migrator import migrate
-from supervisor.planning import PlanLimits
-from supervisor.store import Store
-from supervisor.watchdog import watch_line
+from supervisor import parentwatch
+from supervisor.core import jobs
+from supervisor.core.config import Config, parse_listen
+from supervisor.core.db import connect
+from supervisor.core.errors import PunchclockError
+from supervisor.core.migrator import migrate
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
+from supervisor.local.watchdog import watch_line
 
 _WAYS_OUT = (
     "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "
@@ -112,8 +113,8 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
 
 def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> int:
     """Raises PgServerError (the CLI prints it) when the embedded server cannot start."""
-    from supervisor.pgbin import IncompatibleDataDir, default_data_dir
-    from supervisor.pgserver import LocalPostgres
+    from supervisor.local.pgbin import IncompatibleDataDir, default_data_dir
+    from supervisor.local.pgserver import LocalPostgres
 
     server = None
     dsn = cfg.database_url
@@ -151,7 +152,7 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
         supervise += ["--metrics-listen", cfg.metrics_listen]
     drain = cfg.drain_timeout + cfg.kill_grace + 5
     # Started first, it stops the children as below if `up` dies however it dies.
-    watchdog = parentwatch.spawn("supervisor.watchdog", [], start_new_session=True)
+    watchdog = parentwatch.spawn("supervisor.local.watchdog", [], start_new_session=True)
     assert watchdog.stdin is not None
     children = {}
     for name, argv in (("supervisor", supervise), ("api", [*base, "api"])):

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from supervisor import parentwatch
-from supervisor.pgbin import (
+from supervisor.local.pgbin import (
     IncompatibleDataDir,
     PgServerError,
     _as_user,
@@ -27,7 +27,7 @@ from supervisor.pgbin import (
     find_bindir,
     servers,
 )
-from supervisor.watchdog import forget_line, watch_line
+from supervisor.local.watchdog import forget_line, watch_line
 
 __all__ = [  # with what tests and pgchain import from here
     "DATABASE", "SUPERUSER", "IncompatibleDataDir", "LocalPostgres", "PgServerError",
@@ -312,7 +312,7 @@ class LocalPostgres:
         assert self._lock_fd is not None
         with open(self._log_file, "ab") as log:
             self._watchdog = parentwatch.spawn(
-                "supervisor.watchdog",
+                "supervisor.local.watchdog",
                 [],
                 stdout=log,
                 stderr=log,

@@ -1,7 +1,7 @@
 """An admin DSN for throwaway databases, for the tests and the benchmarks (not the daemon).
 
 The first that works: a URL from the environment; testcontainers' PostgreSQL when a Docker
-engine answers a ping within 2 s; a throwaway local cluster (supervisor.pgserver, the same
+engine answers a ping within 2 s; a throwaway local cluster (supervisor.local.pgserver, the same
 code as `punchclock up`), removed afterwards.
 """
 
@@ -34,7 +34,7 @@ def admin_dsn(env_vars: Sequence[str], prefix: str) -> Iterator[str]:
         with PostgresContainer("postgres:16-alpine", driver=None) as pg:
             yield pg.get_connection_url()
         return
-    from supervisor.pgserver import LocalPostgres
+    from supervisor.local.pgserver import LocalPostgres
 
     with tempfile.TemporaryDirectory(prefix=prefix, dir="/tmp") as tmp:
         os.chmod(tmp, 0o755)  # the cluster may run as the `postgres` user (we may be root)

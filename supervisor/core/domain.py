@@ -13,10 +13,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Protocol
 
-from supervisor import schedule
-from supervisor.errors import InvalidSpec
-from supervisor.model import Catchup, Overlap
-from supervisor.schedule import CronSchedule, OneOffSchedule
+from supervisor.core import schedule
+from supervisor.core.errors import InvalidSpec
+from supervisor.core.model import Catchup, Overlap
+from supervisor.core.schedule import CronSchedule, OneOffSchedule
 
 
 class Row(Protocol):

@@ -10,8 +10,8 @@ import hashlib
 import re
 from importlib import resources
 
-from supervisor.db import Conn
-from supervisor.errors import SchemaMismatch
+from supervisor.core.db import Conn
+from supervisor.core.errors import SchemaMismatch
 
 MIGRATION_LOCK_KEY = 0x70756E6368  # "punch": one advisory lock for all migrators
 

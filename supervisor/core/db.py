@@ -13,8 +13,8 @@ from typing import Any, cast
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from supervisor.config import split_hosts
-from supervisor.log import log_event
+from supervisor.core.config import split_hosts
+from supervisor.core.log import log_event
 
 log = logging.getLogger("punchclock.db")
 Conn = asyncpg.Connection | PoolConnectionProxy

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.db import Record
-from supervisor.errors import Conflict, InvalidSpec, NotFound
-from supervisor.model import RunStatus
-from supervisor.store import OpenRange, RunKey, Store, TimeRange
+from supervisor.core.db import Record
+from supervisor.core.errors import Conflict, InvalidSpec, NotFound
+from supervisor.core.model import RunStatus
+from supervisor.core.store import OpenRange, RunKey, Store, TimeRange
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
 MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
