@@ -22,7 +22,8 @@ from api import cursor
 from bench.common import Context, ScenarioResult, api_url, summary
 from supervisor.core import runs as run_ops
 from supervisor.core.runs import RunFilters
-from supervisor.core.store import QUERIES, Store
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
 
 NAME = "api"
 LIST_P99_TARGET_MS = 20.0

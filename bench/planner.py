@@ -20,7 +20,8 @@ from bench.common import Context, Proc, ScenarioResult, start_supervisors, summa
 from supervisor.core.db import create_pool
 from supervisor.core.domain import Job
 from supervisor.core.planning import PlanLimits, plan_job
-from supervisor.core.store import QUERIES, Store
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
 from supervisor.planner import Planner
 
 NAME = "planner"

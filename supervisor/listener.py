@@ -10,7 +10,7 @@ from asyncpg.exceptions import TargetServerAttributeNotMatched
 
 from supervisor.core.db import DB_ERRORS, open_connection
 from supervisor.core.log import log_event
-from supervisor.core.store import WAKE_CHANNEL
+from supervisor.core.sql import WAKE_CHANNEL
 from supervisor.loop import Loop, Pass
 
 log = logging.getLogger("punchclock.listener")

@@ -13,8 +13,9 @@ from typing import Any
 
 from supervisor.core.db import Record
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
+from supervisor.core.history import OpenRange, RunKey, TimeRange
 from supervisor.core.model import RunStatus
-from supervisor.core.store import OpenRange, RunKey, Store, TimeRange
+from supervisor.core.store import Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
 MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)

@@ -7,94 +7,20 @@ boundary), other rows as plain records. Migrations live in migrator.py.
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from importlib import resources
 from operator import attrgetter
 from typing import Any, cast
 
-import asyncpg
-
-from supervisor.core.db import Conn, Record, read_only_seen
+from supervisor.core.db import Record
 from supervisor.core.domain import Job, JobSpec
-from supervisor.core.errors import UniqueConflict
-
-_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-WAKE_CHANNEL = "punchclock_wake"
+from supervisor.core.history import History, OpenRange, TimeRange
 
 
-def load_queries() -> dict[str, str]:
-    text = resources.files("supervisor.core").joinpath("queries.sql").read_text()
-    parts = _QUERY_HEADER.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"queries.sql: query {name!r} defined twice")
-        queries[name] = body.strip()
-    return queries
-
-
-QUERIES = load_queries()
-
-
-class _Translated:
-    """Around every query: asyncpg's unique violation becomes the domain's UniqueConflict
-    (errors.py); a server that refuses writes makes the pool drop its connections before
-    the failing one is reused (db.read_only_seen). One instance per Store, no allocation."""
-
-    __slots__ = ("pool",)
-
-    def __init__(self, pool: asyncpg.Pool | None) -> None:
-        self.pool = pool
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if isinstance(exc, asyncpg.UniqueViolationError):
-            raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
-        if isinstance(exc, asyncpg.ReadOnlySQLTransactionError) and self.pool is not None:
-            await read_only_seen(self.pool)
-
-
-class Store:
-    """Named queries over a pool or a connection."""
-
-    def __init__(self, executor: asyncpg.Pool | Conn, pool: asyncpg.Pool | None = None) -> None:
-        self._ex = executor
-        self._pool = executor if isinstance(executor, asyncpg.Pool) else pool
-        self._translated = _Translated(self._pool)
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Store]:
-        async with self._translated:  # a deferred unique check fails at COMMIT
-            if not isinstance(self._ex, asyncpg.Pool):
-                async with self._ex.transaction():
-                    yield Store(self._ex, self._pool)
-                return
-            async with self._ex.acquire() as conn, conn.transaction():
-                yield Store(conn, self._pool)
-
-    async def _fetch(self, name: str, *args: Any) -> list[Record]:
-        async with self._translated:
-            return await self._ex.fetch(QUERIES[name], *args)
-
-    async def _fetchrow(self, name: str, *args: Any) -> Record | None:
-        async with self._translated:
-            return await self._ex.fetchrow(QUERIES[name], *args)
-
-    async def _fetchval(self, name: str, *args: Any) -> Any:
-        async with self._translated:
-            return await self._ex.fetchval(QUERIES[name], *args)
-
-    async def _execute(self, name: str, *args: Any) -> str:
-        async with self._translated:
-            return await self._ex.execute(QUERIES[name], *args)
+class Store(History):
+    """Every runtime query, one method per `-- name:` block (the API's history reads are in
+    History)."""
 
     # ------------------------------------------------------------ misc
 
@@ -284,84 +210,6 @@ class Store:
     async def run_by_idempotency_key(self, job_id: int, key: str) -> Record | None:
         return await self._fetchrow("run_by_idempotency_key", job_id, key)
 
-    async def get_run_detail(self, run_id: int) -> Record | None:
-        return await self._fetchrow("get_run_detail", run_id)
-
-    async def list_run_attempts(self, run_id: int) -> list[Record]:
-        return await self._fetch("list_run_attempts", run_id)
-
-    async def list_runs_page(
-        self, before: RunKey, scheduled: TimeRange, finished: OpenRange, limit: int
-    ) -> list[Record]:
-        return await self._fetch("list_runs_page", *before, *scheduled, *finished, limit)
-
-    async def list_runs_by_status(
-        self,
-        statuses: Sequence[str],
-        before: RunKey,
-        scheduled: TimeRange,
-        finished: OpenRange,
-        limit: int,
-    ) -> list[Record]:
-        return await self._fetch(
-            "list_runs_by_status", list(statuses), *before, *scheduled, *finished, limit
-        )
-
-    async def list_runs_by_job(
-        self,
-        job_ids: Sequence[int],
-        statuses: Sequence[str] | None,
-        before: RunKey,
-        scheduled: TimeRange,
-        finished: OpenRange,
-        limit: int,
-    ) -> list[Record]:
-        return await self._fetch(
-            "list_runs_by_job",
-            list(job_ids),
-            None if statuses is None else list(statuses),
-            *before,
-            *scheduled,
-            *finished,
-            limit,
-        )
-
-    async def list_runs_upcoming_page(
-        self, after: RunKey, scheduled: TimeRange, finished: OpenRange, limit: int
-    ) -> list[Record]:
-        return await self._fetch("list_runs_upcoming_page", *after, *scheduled, *finished, limit)
-
-    async def list_runs_upcoming_by_status(
-        self,
-        statuses: Sequence[str],
-        after: RunKey,
-        scheduled: TimeRange,
-        finished: OpenRange,
-        limit: int,
-    ) -> list[Record]:
-        return await self._fetch(
-            "list_runs_upcoming_by_status", list(statuses), *after, *scheduled, *finished, limit
-        )
-
-    async def list_runs_upcoming_by_job(
-        self,
-        job_ids: Sequence[int],
-        statuses: Sequence[str] | None,
-        after: RunKey,
-        scheduled: TimeRange,
-        finished: OpenRange,
-        limit: int,
-    ) -> list[Record]:
-        return await self._fetch(
-            "list_runs_upcoming_by_job",
-            list(job_ids),
-            None if statuses is None else list(statuses),
-            *after,
-            *scheduled,
-            *finished,
-            limit,
-        )
-
     async def requeue_run(self, run_id: int) -> int | None:
         return cast(int | None, await self._fetchval("requeue_run", run_id))
 
@@ -384,9 +232,6 @@ class Store:
 
     async def revoke_running_run(self, run_id: int, reason: str) -> int | None:
         return cast(int | None, await self._fetchval("revoke_running_run", run_id, reason))
-
-    async def list_workers(self, recent_seconds: float, limit: int) -> list[Record]:
-        return await self._fetch("list_workers", recent_seconds, limit)
 
 
 # (job_id, scheduled_at, type, exclusive, max_attempts, status, skip_reason)
@@ -419,13 +264,6 @@ class Completion:
 
 
 _COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
-
-# API history lists: a keyset position (scheduled_at, id), a [from, to) range with
-# +-infinity for an open end, and a range whose ends may be absent (no filter).
-RunKey = tuple[datetime, int]
-TimeRange = tuple[datetime, datetime]
-OpenRange = tuple[datetime | None, datetime | None]
-
 
 # The job columns in the parameter order of insert_job ($1..) and update_job ($2..).
 JOB_COLUMNS = (

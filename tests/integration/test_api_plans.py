@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from supervisor.core.store import QUERIES, Store
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
 
 INF = "'infinity'::timestamptz"
 WHOLE = f"'-infinity'::timestamptz, {INF}"

@@ -14,7 +14,8 @@ from supervisor.core import migrator as store_mod
 from supervisor.core.db import connect
 from supervisor.core.errors import SchemaMismatch
 from supervisor.core.migrator import migrate, pending_migrations
-from supervisor.core.store import QUERIES, Store
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
 
 from ..conftest import with_database
 
@@ -90,7 +91,7 @@ async def test_every_query_prepares_against_the_schema(pool: asyncpg.Pool) -> No
 
 
 def test_every_query_is_used_by_exactly_one_store_method() -> None:
-    source = inspect.getsource(Store)
+    source = "".join(inspect.getsource(c) for c in Store.__mro__ if c is not object)
     for name in QUERIES:
         uses = re.findall(rf'"{name}"', source)
         assert len(uses) == 1, f"query {name} used {len(uses)} times in Store"

@@ -1,0 +1,91 @@
+"""Named SQL: queries.sql split into `-- name:` blocks, and the base that runs them over a
+pool or one connection, translating asyncpg's errors at this boundary (with db.py, the only
+code that names them)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any, Self
+
+import asyncpg
+
+from supervisor.core.db import Conn, Record, read_only_seen
+from supervisor.core.errors import UniqueConflict
+
+_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+WAKE_CHANNEL = "punchclock_wake"
+
+
+def load_queries() -> dict[str, str]:
+    text = resources.files("supervisor.core").joinpath("queries.sql").read_text()
+    parts = _QUERY_HEADER.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"queries.sql: query {name!r} defined twice")
+        queries[name] = body.strip()
+    return queries
+
+
+QUERIES = load_queries()
+
+
+class _Translated:
+    """Around every query: asyncpg's unique violation becomes the domain's UniqueConflict
+    (errors.py); a server that refuses writes makes the pool drop its connections before
+    the failing one is reused (db.read_only_seen). One instance per Store, no allocation."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: asyncpg.Pool | None) -> None:
+        self.pool = pool
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if isinstance(exc, asyncpg.UniqueViolationError):
+            raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
+        if isinstance(exc, asyncpg.ReadOnlySQLTransactionError) and self.pool is not None:
+            await read_only_seen(self.pool)
+
+
+class Queries:
+    """Named queries over a pool or a connection: the base of Store (and its parts)."""
+
+    def __init__(self, executor: asyncpg.Pool | Conn, pool: asyncpg.Pool | None = None) -> None:
+        self._ex = executor
+        self._pool = executor if isinstance(executor, asyncpg.Pool) else pool
+        self._translated = _Translated(self._pool)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Self]:
+        """The same queries bound to one connection inside a transaction."""
+        async with self._translated:  # a deferred unique check fails at COMMIT
+            if not isinstance(self._ex, asyncpg.Pool):
+                async with self._ex.transaction():
+                    yield type(self)(self._ex, self._pool)
+                return
+            async with self._ex.acquire() as conn, conn.transaction():
+                yield type(self)(conn, self._pool)
+
+    async def _fetch(self, name: str, *args: Any) -> list[Record]:
+        async with self._translated:
+            return await self._ex.fetch(QUERIES[name], *args)
+
+    async def _fetchrow(self, name: str, *args: Any) -> Record | None:
+        async with self._translated:
+            return await self._ex.fetchrow(QUERIES[name], *args)
+
+    async def _fetchval(self, name: str, *args: Any) -> Any:
+        async with self._translated:
+            return await self._ex.fetchval(QUERIES[name], *args)
+
+    async def _execute(self, name: str, *args: Any) -> str:
+        async with self._translated:
+            return await self._ex.execute(QUERIES[name], *args)
