@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.core.metrics import Metrics
+from supervisor.core.model import RunStatus
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
@@ -79,5 +80,5 @@ def record_reaped(m: Metrics, rows: list[Any]) -> None:
         m.reaped.add(1)
         attrs = {"job": r["job_name"], "type": r["type"]}
         m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
-        if r["status"] == "dead":
+        if r["status"] == RunStatus.DEAD:
             m.runs_dead.add(1, attrs)
