@@ -1,4 +1,4 @@
-"""Helpers for the API tests: an in-process app on a real PostgreSQL, seeded rows, and a
+"""Helpers for the API tests: an in-process app on a real PostgreSQL and a
 `punchclock api` subprocess whose listening URL is read from its start-up log line."""
 
 from __future__ import annotations
@@ -36,27 +36,6 @@ async def api_client(store: Store, **cfg: Any) -> AsyncIterator[TestClient[Any, 
     app = create_app(config(**cfg), store)
     async with TestClient(TestServer(app, host="127.0.0.1")) as client:
         yield client
-
-
-async def insert_runs(
-    store: Store, job_id: int, count: int, *, status: str = "succeeded", start_s: int = 0
-) -> list[int]:
-    """`count` runs of a job, one second apart going back from now - start_s seconds."""
-    rows = await store._ex.fetch(
-        """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status,
-                             attempts, started_at, finished_at)
-           select $1, now() - make_interval(secs => $3 + g), now() - make_interval(secs => $3 + g),
-                  'echo', 3, $4::run_status, 1,
-                  now() - make_interval(secs => $3 + g) + interval '1 second',
-                  case when $4 in ('succeeded', 'dead', 'cancelled', 'skipped')
-                       then now() - make_interval(secs => $3 + g) + interval '3 seconds' end
-           from generate_series(1, $2) g returning id""",
-        job_id,
-        count,
-        float(start_s),
-        status,
-    )
-    return [r["id"] for r in rows]
 
 
 @contextmanager

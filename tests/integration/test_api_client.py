@@ -12,7 +12,8 @@ import pytest
 from supervisor.cli import main
 from supervisor.core.store import Store
 
-from ..api_support import ADMIN, READER, TOKENS, api_client, insert_runs
+from ..api_support import ADMIN, READER, TOKENS, api_client
+from ..factory import insert_runs
 from ..helpers import job
 
 

@@ -15,7 +15,8 @@ from api.app import create_app
 from api.openapi import document
 from supervisor.core.store import Store
 
-from ..api_support import config, insert_runs, run_schemathesis
+from ..api_support import config, run_schemathesis
+from ..factory import insert_runs
 from ..helpers import job
 
 Client = TestClient[Any, Any]

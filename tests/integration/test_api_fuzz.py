@@ -24,7 +24,8 @@ from supervisor.core import jobspec
 from supervisor.core.runs import RunFilters
 from supervisor.core.store import Store
 
-from ..api_support import insert_runs, run_schemathesis
+from ..api_support import run_schemathesis
+from ..factory import insert_runs
 from ..helpers import job
 
 Client = TestClient[Any, Any]
