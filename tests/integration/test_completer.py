@@ -9,11 +9,12 @@ import asyncio
 from supervisor.completer import Completer
 from supervisor.core.store import Completion, Store
 
-from .test_lost_replies import TTL, _due_run
+from ..factory import all_attempts, due_run, run_ids, statuses
+from .test_lost_replies import TTL
 
 
 async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
-    ids = [await _due_run(store, f"r{i}") for i in range(3)]
+    ids = [await due_run(store, f"r{i}") for i in range(3)]
     claimed = {r["id"]: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
     assert sorted(claimed) == sorted(ids)
     good, bad, also_good = (
@@ -36,12 +37,7 @@ async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
         await asyncio.wait_for(service, 10)
     assert results == [True, True, True]
     assert completer.refused == 1
-    rows = {
-        r["run_id"]: r
-        for r in await store._ex.fetch(
-            "SELECT run_id, outcome::text, stdout_tail, stderr_tail, error FROM run_attempts"
-        )
-    }
+    rows = {r["run_id"]: r for r in await all_attempts(store)}
     assert rows[good.run_id]["stdout_tail"] == "ok" and rows[also_good.run_id]["error"] is None
     refused = rows[bad.run_id]
     # The true outcome stands; only the output that could not be stored is dropped, and
@@ -49,5 +45,4 @@ async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
     assert refused["outcome"] == "succeeded"
     assert (refused["stdout_tail"], refused["stderr_tail"]) == (None, None)
     assert refused["error"].startswith("result not stored in full: ")
-    statuses = await store._ex.fetch("SELECT status::text FROM runs")
-    assert [s["status"] for s in statuses] == ["succeeded"] * 3
+    assert await statuses(store, await run_ids(store)) == {"succeeded": 3}

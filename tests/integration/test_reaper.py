@@ -7,16 +7,15 @@ from supervisor.core.store import Store
 from supervisor.instruments import record_reaped
 from supervisor.reaper import Reaper, ReapPass
 
-from .test_lost_replies import TTL, _due_run
+from ..factory import age_lease, due_run, set_run
+from .test_lost_replies import TTL
 
 
 async def test_reaped_attempts_are_labelled_like_executed_ones(store: Store) -> None:
-    run_id = await _due_run(store, "nightly-backup")
-    await store._ex.execute("UPDATE runs SET max_attempts = 1 WHERE id = $1", run_id)
+    run_id = await due_run(store, "nightly-backup")
+    await set_run(store, run_id, max_attempts=1)
     await store.claim_runs(["echo"], 10, "w1", TTL)
-    await store._ex.execute(
-        "UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", run_id
-    )
+    await age_lease(store, run_id, -1)
     metrics = Metrics("test")
     try:
         reaper = Reaper(store, interval=60, on_reaped=lambda rows: record_reaped(metrics, rows))

@@ -21,8 +21,18 @@ from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater, RenewPass
 from supervisor.registry import Handler, Registry
 
+from ..factory import (
+    age_lease,
+    attempts,
+    due_run,
+    outcome,
+    seconds_until,
+    set_run,
+    sql,
+    status,
+)
 from ..helpers import wait_for
-from .test_lost_replies import TTL, _due_run
+from .test_lost_replies import TTL
 
 
 class RecordingSlots:
@@ -56,7 +66,7 @@ def _claimer(store: Store, slots: RecordingSlots) -> Claimer:
 
 
 async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
-    ids = [await _due_run(store, f"j{i}") for i in range(3)]
+    ids = [await due_run(store, f"j{i}") for i in range(3)]
     slots = RecordingSlots(free=2)
     claimer = _claimer(store, slots)
     # Every slot filled: it waits for a finishing run to wake it (or the fallback poll).
@@ -74,7 +84,7 @@ async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
 async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold(
     store: Store,
 ) -> None:
-    held, lost = await _due_run(store, "held"), await _due_run(store, "lost")
+    held, lost = await due_run(store, "held"), await due_run(store, "lost")
     slots = RecordingSlots(free=2)
     claimer = _claimer(store, slots)
     await claimer.run_once()
@@ -85,10 +95,7 @@ async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold
     # Given back unstarted, then claimed again under a new lease.
     [again] = [r for r in slots.started if r["id"] == lost]
     assert again["attempts"] == 2
-    outcome = await store._ex.fetchval(
-        "SELECT outcome::text FROM run_attempts WHERE run_id = $1 AND attempt = 1", lost
-    )
-    assert outcome == "interrupted"
+    assert await outcome(store, lost, 1) == "interrupted"
     assert not claimer.uncertain
 
 
@@ -108,23 +115,18 @@ class RecordingLeases:
 
 
 async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Store) -> None:
-    kept, taken = await _due_run(store, "kept"), await _due_run(store, "taken")
+    kept, taken = await due_run(store, "kept"), await due_run(store, "taken")
     rows = {r["id"]: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
-    await store._ex.execute(
-        "UPDATE runs SET lease_expires_at = now() + interval '1 second'"
-        " WHERE id = ANY($1::bigint[])",
-        [kept, taken],
-    )
+    for run_id in (kept, taken):
+        await age_lease(store, run_id, 1)
     # Someone else's now (cancelled and re-claimed, say): the token no longer matches.
-    await store._ex.execute("UPDATE runs SET lease_token = lease_token + 1 WHERE id = $1", taken)
+    await set_run(store, taken, lease_token=rows[taken]["lease_token"] + 1)
     holder = RecordingLeases([(i, rows[i]["lease_token"]) for i in (kept, taken)])
     renewed: list[int] = []
     hb = Heartbeater(store, owner="w1", lease_ttl=TTL, holder=holder, on_renewed=renewed.append)
     assert await hb.run_once() == RenewPass(renewed=1, missing=1)
     assert holder.answers == [{kept}] and renewed == [1]
-    left = await store._ex.fetchval(
-        "SELECT extract(epoch FROM lease_expires_at - now()) FROM runs WHERE id = $1", kept
-    )
+    left = await seconds_until(store, "runs", "lease_expires_at", kept)
     assert TTL - 5 < left <= TTL
 
 
@@ -144,7 +146,7 @@ def _executor(store: Store, argv: tuple[str, ...], ended: list[AttemptEnded]) ->
 
 
 async def _start_one(store: Store, executor: Executor, name: str) -> int:
-    run_id = await _due_run(store, name)
+    run_id = await due_run(store, name)
     [row] = await store.claim_runs(["echo"], 1, "w1", TTL)
     executor.start(row, time.monotonic())
     return run_id
@@ -165,19 +167,13 @@ async def _running_executor(
         await asyncio.wait_for(service, 10)
 
 
-async def _status(store: Store, run_id: int) -> str:
-    return str(await store._ex.fetchval("SELECT status::text FROM runs WHERE id = $1", run_id))
-
-
 async def test_executor_records_a_childs_result(store: Store) -> None:
     async with _running_executor(store, ("sh", "-c", "cat; exit 3")) as (executor, ended):
         run_id = await _start_one(store, executor, "fails")
         await wait_for(lambda: executor.in_flight() == 0, 10, "the attempt to end")
     assert ended == [AttemptEnded("fails", "echo", "failed", ended[0].duration)]
-    assert await _status(store, run_id) == "failed"  # a retry is scheduled
-    tail = await store._ex.fetchval(
-        "SELECT stdout_tail FROM run_attempts WHERE run_id = $1", run_id
-    )
+    assert await status(store, run_id) == "failed"  # a retry is scheduled
+    tail = (await attempts(store, run_id))[0]["stdout_tail"]
     assert tail == "{}"  # the payload arrived on stdin
 
 
@@ -190,9 +186,7 @@ async def test_executor_kills_a_child_whose_lease_a_renewal_did_not_find(store: 
         assert entry.phase is Phase.LOST
         await wait_for(lambda: executor.in_flight() == 0, 10, "the child to be killed")
     # Still our lease in the database (nothing else took it): recorded as lease_lost.
-    [attempt] = await store._ex.fetch(
-        "SELECT outcome::text, signal FROM run_attempts WHERE run_id = $1", run_id
-    )
+    [attempt] = await attempts(store, run_id)
     assert (attempt["outcome"], attempt["signal"]) == ("lease_lost", 9)
     assert [e.outcome for e in ended] == ["lease_lost"]
 
@@ -207,13 +201,16 @@ async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: S
         await wait_for(lambda: old.child is not None and old.child.pid, 10, "the first child")
         assert old.child is not None and old.child.pid is not None
         old_pid = old.child.pid
-        await store._ex.execute(  # as if the claim had never reached the new primary
-            "DELETE FROM run_attempts WHERE run_id = $1;", run_id
-        )
-        await store._ex.execute(
-            "UPDATE runs SET status = 'scheduled', attempts = 0, lease_owner = NULL,"
-            " lease_expires_at = NULL, lease_token = lease_token - 1 WHERE id = $1",
+        # As if the claim had never reached the new primary (a one-off: the test's point).
+        await sql(store, "DELETE FROM run_attempts WHERE run_id = $1", run_id)
+        await set_run(
+            store,
             run_id,
+            status="scheduled",
+            attempts=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            lease_token=old.lease_token - 1,
         )
         [again] = await store.claim_runs(["echo"], 1, "w1", TTL)
         assert again["lease_token"] == old.lease_token  # the same token, issued twice
@@ -226,9 +223,7 @@ async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: S
         await wait_for(lambda: executor.in_flight() == 0, 10, "both to end")
     # One attempt, one result: the superseded execution sent none.
     assert [e.outcome for e in ended] == ["lease_lost"]
-    rows = await store._ex.fetch(
-        "SELECT attempt, outcome::text FROM run_attempts WHERE run_id = $1", run_id
-    )
+    rows = await attempts(store, run_id)
     assert [(r["attempt"], r["outcome"]) for r in rows] == [(1, "lease_lost")]
 
 
