@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -14,6 +14,18 @@ from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
 from supervisor.planner import Planner
 
+from ..factory import (
+    count,
+    finish_run,
+    make_jobs_due,
+    run_ids,
+    seconds_until,
+    set_job,
+    set_run,
+    sql,
+    sql_rows,
+    sql_value,
+)
 from ..helpers import job
 
 LIMITS = PlanLimits(horizon=timedelta(hours=24), max_runs=100)
@@ -27,6 +39,17 @@ CRONS = [
     "0 */6 * * *",
 ]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
+
+
+async def _times(store: Store, job_id: int, status: str | None = None) -> list[datetime]:
+    """When a job's runs (in `status`, if given) are scheduled."""
+    rows = await sql_rows(
+        store,
+        "select scheduled_at from runs where job_id=$1 and ($2::run_status is null or status=$2)",
+        job_id,
+        status,
+    )
+    return [r["scheduled_at"] for r in rows]
 
 
 async def _expected(store: Store, job_id: int) -> set:
@@ -57,8 +80,7 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
     assert await store.count_jobs_behind() == 0
     total = 0
     for job_id in ids:
-        rows = await store._ex.fetch("select scheduled_at from runs where job_id=$1", job_id)
-        got = [r["scheduled_at"] for r in rows]
+        got = await _times(store, job_id)
         assert len(got) == len(set(got))
         expected = await _expected(store, job_id)
         assert set(got) == expected, f"job {job_id}"
@@ -71,20 +93,20 @@ async def test_planning_is_idempotent_and_proportional(store: Store) -> None:
     await store.insert_job(job("hourly", cron="0 * * * *"))
     planner = Planner(store, LIMITS)
     await planner.run_once()
-    count = await store._ex.fetchval("select count(*) from runs")
-    assert 24 <= count <= 25
+    planned = await count(store, "runs")
+    assert 24 <= planned <= 25
     # Nothing needs planning now: a second tick picks no job and inserts nothing.
     assert await store.pick_jobs_to_plan(10) == ([], None)
-    await store._ex.execute("update jobs set plan_after = '-infinity'")
+    await make_jobs_due(store)
     await planner.run_once()
-    assert await store._ex.fetchval("select count(*) from runs") == count
+    assert await count(store, "runs") == planned
 
 
 async def test_max_runs_caps_a_pass_and_the_mark_advances(store: Store) -> None:
     await store.insert_job(job("every-second", cron="* * * * * *"))
     planner = Planner(store, PlanLimits(horizon=timedelta(hours=1), max_runs=50))
     await planner.run_once()
-    assert await store._ex.fetchval("select count(*) from runs") == 50
+    assert await count(store, "runs") == 50
     row = await store.get_job_by_name("every-second")
     assert row is not None
     assert row.planned_until is not None and row.plan_after < row.planned_until
@@ -94,9 +116,11 @@ async def test_one_off_job_gets_exactly_one_run(store: Store) -> None:
     at = (await store.now()) + timedelta(minutes=5)
     row = await jobs.create_job(store, job("once", cron=None, run_at=at), LIMITS)
     await Planner(store, LIMITS).run_once()
-    await store._ex.execute("update jobs set plan_after = '-infinity'")
+    await make_jobs_due(store)
     await Planner(store, LIMITS).run_once()
-    runs = await store._ex.fetch("select scheduled_at, status from runs where job_id=$1", row.id)
+    runs = await sql_rows(  # what the job's runs are is the point
+        store, "select scheduled_at, status from runs where job_id=$1", row.id
+    )
     assert [(r["scheduled_at"], r["status"]) for r in runs] == [
         (at.replace(microsecond=0), "scheduled")
     ]
@@ -104,24 +128,22 @@ async def test_one_off_job_gets_exactly_one_run(store: Store) -> None:
 
 async def test_schedule_change_replans_in_the_same_transaction(store: Store) -> None:
     row = await jobs.create_job(store, job("change", cron="0 * * * *"), LIMITS)
-    before = await store._ex.fetch("select scheduled_at from runs where job_id=$1", row.id)
-    assert all(r["scheduled_at"].minute == 0 for r in before)
+    before = await _times(store, row.id)
+    assert all(t.minute == 0 for t in before)
     updated = await jobs.update_job(store, row.id, {"cron": "30 * * * *"}, LIMITS)
     assert updated.spec.cron == "30 * * * *"
-    after = await store._ex.fetch(
-        "select scheduled_at from runs where job_id=$1 and status='scheduled'", row.id
-    )
-    assert after and all(r["scheduled_at"].minute == 30 for r in after)
+    after = await _times(store, row.id, "scheduled")
+    assert after and all(t.minute == 30 for t in after)
     # A payload-only change keeps the planned runs (they read the job's payload when claimed).
-    ids = {r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", row.id)}
+    ids = set(await run_ids(store, row.id))
     await jobs.update_job(store, row.id, {"payload": {"x": 1}}, LIMITS)
-    ids2 = {r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", row.id)}
+    ids2 = set(await run_ids(store, row.id))
     assert ids == ids2
 
 
 async def test_invalid_update_writes_nothing(store: Store) -> None:
     row = await jobs.create_job(store, job("keep", cron="0 * * * *"), LIMITS)
-    runs_before = await store._ex.fetchval("select count(*) from runs")
+    runs_before = await count(store, "runs")
     try:
         await jobs.update_job(store, row.id, {"cron": "61 * * * *", "max_attempts": 0}, LIMITS)
     except jobs.InvalidSpecs as exc:
@@ -131,22 +153,20 @@ async def test_invalid_update_writes_nothing(store: Store) -> None:
         raise AssertionError("invalid update accepted")
     again = await store.get_job(row.id)
     assert again is not None and again.spec.cron == "0 * * * *"
-    assert await store._ex.fetchval("select count(*) from runs") == runs_before
+    assert await count(store, "runs") == runs_before
 
 
 async def test_delete_cancels_unstarted_and_keeps_history(store: Store) -> None:
     row = await jobs.create_job(store, job("gone", cron="0 * * * *"), LIMITS)
-    await store._ex.execute(
-        "update runs set status='succeeded', finished_at=now() where id = (select min(id) from runs)"
-    )
+    await finish_run(store, (await run_ids(store))[0])
     cancelled = await jobs.delete_job(store, row.id)
     assert cancelled >= 23
-    statuses = {r["status"] for r in await store._ex.fetch("select status from runs")}
-    assert statuses == {"succeeded", "cancelled"}
+    seen = await sql_rows(store, "select distinct status::text from runs")  # all of them
+    assert {r["status"] for r in seen} == {"succeeded", "cancelled"}
     assert await store.get_job(row.id) is None
     # The name is free again; the old job's history stays queryable by id.
     await jobs.create_job(store, job("gone", cron="0 * * * *"), LIMITS)
-    assert await store._ex.fetchval("select count(*) from runs where job_id=$1", row.id) >= 24
+    assert await count(store, "runs", "job_id=$1", row.id) >= 24
 
 
 async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> int:
@@ -154,11 +174,7 @@ async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> 
     row = await store.insert_job(
         job(name, cron="*/10 * * * *", catchup=catchup, catchup_window_seconds=3600)
     )
-    await store._ex.execute(
-        "update jobs set created_at = now() - make_interval(hours => $2) where id=$1",
-        row.id,
-        hours,
-    )
+    await set_job(store, row.id, created_at=await store.now() - timedelta(hours=hours))
     await Planner(store, LIMITS).run_once()
     return int(row.id)
 
@@ -170,7 +186,8 @@ async def _claim_all(store: Store) -> list[asyncpg.Record]:
 
 
 async def _due_statuses(store: Store, job_id: int) -> dict[str, int]:
-    rows = await store._ex.fetch(
+    rows = await sql_rows(  # the due ones only: what this file's catch-up tests are about
+        store,
         "select status, count(*) from runs where job_id=$1 and scheduled_at <= now() group by 1",
         job_id,
     )
@@ -181,13 +198,17 @@ async def test_catchup_latest_runs_the_most_recent_missed_time_once(store: Store
     job_id = await _downtime(store, "latest", "latest")
     claimed = await _claim_all(store)
     assert len(claimed) == 1
-    newest = await store._ex.fetchval(
-        "select max(scheduled_at) from runs where job_id=$1 and scheduled_at <= now()", job_id
+    newest = await sql_value(  # the newest missed time
+        store,
+        "select max(scheduled_at) from runs where job_id=$1 and scheduled_at <= now()",
+        job_id,
     )
     assert claimed[0]["scheduled_at"] == newest
     statuses = await _due_statuses(store, job_id)
     assert statuses == {"running": 1, "skipped": 17}
-    reasons = await store._ex.fetch("select distinct skip_reason from runs where status='skipped'")
+    reasons = await sql_rows(  # why the others were skipped
+        store, "select distinct skip_reason from runs where status='skipped'"
+    )
     assert [r["skip_reason"] for r in reasons] == ["missed"]
 
 
@@ -216,7 +237,8 @@ async def test_pause_stops_claiming_and_resume_applies_catchup(store: Store) -> 
     await jobs.set_paused(store, row.id, True, LIMITS)
     # Two hours pass while paused: age the planned runs instead of sleeping (off the
     # 10-minute grid so no aged time collides with a planned one).
-    await store._ex.execute(
+    await sql(  # every planned run of the job moves back at once, keeping their spacing
+        store,
         "update runs set scheduled_at = scheduled_at - interval '2 hours 5 minutes',"
         " run_after = run_after - interval '2 hours 5 minutes' where job_id=$1",
         row.id,
@@ -235,10 +257,8 @@ async def test_manual_runs_are_never_skipped_as_missed(store: Store) -> None:
     )
     run_id, created = await jobs.trigger_job(store, row.id, None, None)
     # The trigger waited two hours (no worker, say): it still runs.
-    await store._ex.execute(
-        "update runs set scheduled_at = now() - interval '2 hours', run_after = now() - interval '2 hours'"
-        " where trigger = 'manual'"
-    )
+    two_hours_ago = await store.now() - timedelta(hours=2)
+    await set_run(store, run_id, scheduled_at=two_hours_ago, run_after=two_hours_ago)
     claimed = await _claim_all(store)
     assert created and [(r["id"], r["trigger"]) for r in claimed] == [(run_id, "manual")]
 
@@ -247,32 +267,27 @@ async def test_a_job_this_host_cannot_plan_is_skipped_not_fatal(store: Store) ->
     good = await jobs.create_job(store, job("good", cron="0 * * * *"), LIMITS)
     bad = await jobs.create_job(store, job("bad-zone", cron="0 * * * *"), LIMITS)
     # As on a host whose tzdata lacks a zone the API host accepted: make both due again.
-    await store._ex.execute(
-        "UPDATE jobs SET timezone = CASE WHEN id = $1 THEN 'Mars/Olympus_Mons' ELSE timezone END,"
-        " planned_until = NULL, plan_after = now() - interval '1 second'",
-        bad.id,
-    )
-    await store._ex.execute("DELETE FROM runs")
+    now = await store.now()
+    await set_job(store, bad.id, timezone="Mars/Olympus_Mons")
+    for due in (good, bad):
+        await set_job(store, due.id, planned_until=None, plan_after=now - timedelta(seconds=1))
+    await sql(store, "DELETE FROM runs")  # no run planned yet: the point of the test
     planner = Planner(store, LIMITS)
     first = await planner.run_once()
     assert (first.next_in, first.jobs, first.failed) == (None, 1, 1)
-    planned = await store._ex.fetch("SELECT DISTINCT job_id FROM runs")
+    planned = await sql_rows(store, "SELECT DISTINCT job_id FROM runs")  # which jobs got runs
     assert [r["job_id"] for r in planned] == [good.id]
     [failure] = planner.details()["unplannable_jobs"]
     assert (failure["job_id"], failure["job_name"]) == (bad.id, "bad-zone")
     assert "Mars/Olympus_Mons" in failure["error"]
     assert planner.plan_failures == 1
     # Not retried on every tick: its next try waits PLAN_RETRY (another host may plan it).
-    wait = await store._ex.fetchval(
-        "SELECT extract(epoch FROM plan_after - now()) FROM jobs WHERE id = $1", bad.id
-    )
+    wait = await seconds_until(store, "jobs", "plan_after", bad.id)
     assert 50 < wait <= 60
     await planner.run_once()
     assert planner.plan_failures == 1
     # Once the job can be planned here again, it leaves the list.
-    await store._ex.execute(
-        "UPDATE jobs SET timezone = 'UTC', plan_after = now() WHERE id = $1", bad.id
-    )
+    await set_job(store, bad.id, timezone="UTC", plan_after=await store.now())
     await planner.run_once()
     assert planner.details() == {}
-    assert await store._ex.fetchval("SELECT count(*) FROM runs WHERE job_id = $1", bad.id) > 0
+    assert await count(store, "runs", "job_id = $1", bad.id) > 0
