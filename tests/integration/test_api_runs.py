@@ -18,7 +18,21 @@ from api import cursor
 from api.app import create_app
 from supervisor.core.store import Store
 
-from ..api_support import config, insert_runs
+from ..api_support import config
+from ..factory import (
+    age_worker,
+    count,
+    finish_run,
+    insert_runs,
+    run_ids,
+    runs,
+    seconds_until,
+    set_run,
+    sql,
+    sql_rows,
+    sql_value,
+    statuses,
+)
 from ..helpers import job
 
 Client = TestClient[Any, Any]
@@ -50,24 +64,23 @@ async def test_pages_neither_skip_nor_repeat_while_runs_are_inserted(
 ) -> None:
     jobs = [await _job(store, f"j{i}") for i in range(4)]
     # 1,000 runs over 4 jobs at 250 shared instants: ties on scheduled_at break on id.
-    await store._ex.execute(
+    await sql(  # the shape of this table is the test's point
+        store,
         """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
            select j, now() - make_interval(mins => g), now(), 'echo', 3,
                   (case when g % 2 = 0 then 'dead' else 'succeeded' end)::run_status
            from generate_series(1, 250) g, unnest($1::bigint[]) j""",
         jobs,
     )
-    original = {r["id"] for r in await store._ex.fetch("select id from runs")}
+    original = set(await run_ids(store))
     assert len(original) == 1000
     params = {"none": {}, "status": {"status": "dead"}, "job": {"job_id": str(jobs[1])}}[filters]
     expected = {
         "none": original,
         "status": {
-            r["id"] for r in await store._ex.fetch("select id from runs where status='dead'")
+            r["id"] for r in (await runs(store, list(original))).values() if r["status"] == "dead"
         },
-        "job": {
-            r["id"] for r in await store._ex.fetch("select id from runs where job_id=$1", jobs[1])
-        },
+        "job": set(await run_ids(store, jobs[1])),
     }[filters]
     stop = asyncio.Event()
     inserted = 0
@@ -78,7 +91,8 @@ async def test_pages_neither_skip_nor_repeat_while_runs_are_inserted(
         while not stop.is_set():
             # Older and newer than any page position, at instants no original run has.
             minutes = rng.uniform(-60, 300)
-            await store._ex.execute(
+            await sql(  # runs arriving while the pages are read: the point
+                store,
                 """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
                    values ($1, now() - make_interval(secs => $2), now(), 'echo', 3, 'dead')""",
                 rng.choice(jobs),
@@ -136,7 +150,8 @@ async def test_default_is_history_and_upcoming_is_the_plan_ahead(api: Client, st
     jobs = [await _job(store, name) for name in ("alpha", "beta", "gamma")]
     # Per job 12 due runs (the newest at the insert's now()) and 10 planned an hour or more
     # ahead, at instants the jobs share (ties break on id); statuses vary in both.
-    await store._ex.execute(
+    await sql(  # the shape of this table is the test's point
+        store,
         """insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status)
            select j, now() + make_interval(mins => g), now(), 'echo', 3,
                   (case when g > 0 and g % 4 = 0 then 'cancelled' when g > 0 then 'scheduled'
@@ -145,9 +160,10 @@ async def test_default_is_history_and_upcoming_is_the_plan_ahead(api: Client, st
                 unnest($1::bigint[]) j""",
         jobs,
     )
-    rows = await store._ex.fetch(
+    rows = await sql_rows(  # the expected pages, split at the database's now
+        store,
         "select id, job_id, status, scheduled_at, scheduled_at > now() as ahead from runs"
-        " order by scheduled_at, id"
+        " order by scheduled_at, id",
     )
     history = [r for r in reversed(rows) if not r["ahead"]]
     ahead = [r for r in rows if r["ahead"]]
@@ -257,7 +273,8 @@ async def test_list_filters_and_cursor_rules(api: Client, store: Store) -> None:
 async def test_run_detail_has_every_attempt(api: Client, store: Store) -> None:
     a = await _job(store, "alpha", timezone="America/New_York")
     [run_id] = await insert_runs(store, a, 1, status="dead")
-    await store._ex.execute(
+    await sql(  # two attempts with every field set: what the detail must show
+        store,
         """insert into run_attempts (run_id, attempt, worker_id, lease_token, started_at,
                finished_at, outcome, exit_code, signal, error, stdout_tail, stderr_tail)
            values ($1, 1, 'w1', 1, now() - interval '10 s', now() - interval '8 s', 'failed',
@@ -300,12 +317,12 @@ async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> N
     second = await (await api.post(f"/v1/jobs/{job_id}/trigger", json={})).json()
     assert second["id"] != plain["id"], "without a key every trigger is a new run"
     # Whitespace is not "no body": it is malformed JSON, and creates nothing.
-    before = await store._ex.fetchval("SELECT count(*) FROM runs")
+    before = await count(store, "runs")
     bad = await api.post(
         f"/v1/jobs/{job_id}/trigger", data=b"\t", headers={"Content-Type": "application/json"}
     )
     assert bad.status == 400 and "malformed JSON" in (await bad.json())["detail"]
-    assert await store._ex.fetchval("SELECT count(*) FROM runs") == before
+    assert await count(store, "runs") == before
 
     async def keyed(payload: Any) -> Any:
         return await api.post(
@@ -322,10 +339,7 @@ async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> N
     assert bodies[0]["payload"] == {"v": 1} and bodies[0]["idempotency_key"] == "deploy-42"
     conflict = await keyed({"v": 2})
     assert conflict.status == 409
-    count = await store._ex.fetchval(
-        "select count(*) from runs where job_id=$1 and trigger='manual'", job_id
-    )
-    assert count == 3
+    assert await count(store, "runs", "job_id=$1 and trigger='manual'", job_id) == 3
     for body, headers in [
         ({"payload": [1]}, {}),
         ({"extra": 1}, {}),
@@ -337,14 +351,14 @@ async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> N
         assert resp.status == 422, (body, headers, await resp.text())
     assert (await api.post(f"/v1/jobs/{job_id}/trigger", data=b"{x")).status == 400
     assert (await api.post("/v1/jobs/999999/trigger")).status == 404
-    assert await store._ex.fetchval("select count(*) from runs where trigger='manual'") == 3
+    assert await count(store, "runs", "trigger='manual'") == 3
 
 
 async def test_requeue_single(api: Client, store: Store) -> None:
     job_id = await _job(store, "alpha", max_attempts=4)
     dead, done = await insert_runs(store, job_id, 2, status="dead")
-    await store._ex.execute("update runs set attempts = 3, max_attempts = 3 where id = $1", dead)
-    await store._ex.execute("update runs set status = 'succeeded' where id = $1", done)
+    await set_run(store, dead, attempts=3, max_attempts=3)
+    await set_run(store, done, status="succeeded")
     resp = await api.post(f"/v1/runs/{dead}/requeue")
     assert resp.status == 200, await resp.text()
     data = await resp.json()
@@ -352,8 +366,7 @@ async def test_requeue_single(api: Client, store: Store) -> None:
     run = data["run"]
     assert run["status"] == "scheduled" and run["finished_at"] is None
     assert (run["attempts"], run["max_attempts"]) == (3, 7), "a fresh budget of the job's 4"
-    row = await store._ex.fetchrow("select run_after <= now() as due from runs where id=$1", dead)
-    assert row["due"]
+    assert await seconds_until(store, "runs", "run_after", dead) <= 0, "due now"
     again = await api.post(f"/v1/runs/{dead}/requeue")
     assert again.status == 409 and "scheduled" in (await again.json(content_type=None))["detail"]
     assert (await api.post(f"/v1/runs/{done}/requeue")).status == 409
@@ -376,16 +389,13 @@ async def test_requeue_bulk_with_filters(api: Client, store: Store) -> None:
     assert resp.status == 422, "list-only parameters are unknown here"
     resp = await api.post("/v1/runs/requeue")
     assert (await resp.json()) == {"requeued": 5}
-    statuses = await store._ex.fetch("select status, count(*) from runs group by 1 order by 1")
-    assert {r["status"]: r["count"] for r in statuses} == {"scheduled": 10, "succeeded": 2}
+    assert await statuses(store, await run_ids(store)) == {"scheduled": 10, "succeeded": 2}
 
 
 async def test_cancel_a_waiting_run(api: Client, store: Store) -> None:
     job_id = await _job(store, "alpha")
     scheduled, done = await insert_runs(store, job_id, 2, status="scheduled")
-    await store._ex.execute(
-        "update runs set status='succeeded', finished_at=now() where id=$1", done
-    )
+    await finish_run(store, done)
     resp = await api.post(f"/v1/runs/{scheduled}/cancel")
     assert resp.status == 200, await resp.text()
     run = await resp.json()
@@ -401,13 +411,9 @@ async def test_workers_live_and_recently_gone(api: Client, store: Store) -> None
     await store.upsert_worker("stopped", "h2", 12, ["echo"], 8, "1.0", 30.0)
     await store.stop_worker("stopped")
     await store.upsert_worker("silent", "h3", 13, ["echo"], 8, "1.0", 30.0)
-    await store._ex.execute(
-        "update workers set last_seen_at = now() - interval '5 minutes' where id='silent'"
-    )
+    await age_worker(store, "silent", 5 * 60)
     await store.upsert_worker("ancient", "h4", 14, ["echo"], 8, "1.0", 30.0)
-    await store._ex.execute(
-        "update workers set last_seen_at = now() - interval '3 days' where id='ancient'"
-    )
+    await age_worker(store, "ancient", 3 * 86400)
     await store.touch_worker("live", 3)
     data = await (await api.get("/v1/workers")).json()
     workers = {w["id"]: w for w in data["workers"]}
@@ -470,14 +476,15 @@ async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> No
     @routes.get("/probe/{kind}")
     async def probe(request: web.Request) -> web.Response:
         kind = request.match_info["kind"]
+        # Raw statements below the Store's translation: what reaches the API is the point.
         if kind == "text":  # 22P02 invalid_text_representation
-            await store._ex.fetchval("select $1::text::int", "x")
+            await sql_value(store, "select $1::text::int", "x")
         elif kind == "nul":  # 22021 character_not_in_repertoire
-            await store._ex.fetchval("select $1::text", "a\x00b")
+            await sql_value(store, "select $1::text", "a\x00b")
         elif kind == "range":  # 22008 datetime_field_overflow
-            await store._ex.fetchval("select '294277-01-01'::timestamptz")
+            await sql_value(store, "select '294277-01-01'::timestamptz")
         elif kind == "encode":  # asyncpg cannot encode the argument: DataError
-            await store._ex.fetchval("select $1::int4", 2**40)
+            await sql_value(store, "select $1::int4", 2**40)
         return web.json_response({})
 
     app = create_app(config(), store, extra_routes=list(routes))
@@ -498,8 +505,9 @@ async def test_a_read_only_server_answers_503_not_500(store: Store) -> None:
     @routes.post("/probe/write")
     async def probe(request: web.Request) -> web.Response:
         async with store.transaction() as tx:
-            await tx._ex.execute("SET TRANSACTION READ ONLY")
-            await tx._ex.execute("CREATE TEMP TABLE refused ()")
+            # A refused write inside the Store's transaction: the point of the test.
+            await sql(tx, "SET TRANSACTION READ ONLY")
+            await sql(tx, "CREATE TEMP TABLE refused ()")
         return web.json_response({})
 
     app = create_app(config(), store, extra_routes=list(routes))
