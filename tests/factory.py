@@ -166,6 +166,11 @@ async def run_row(store: Store, run_id: int) -> Record | None:
     return await raw(store).fetchrow("SELECT * FROM runs WHERE id = $1", run_id)
 
 
+async def job_row(store: Store, job_id: int) -> Record | None:
+    """One job's row as stored."""
+    return await raw(store).fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+
+
 async def job_rows(store: Store) -> list[Record]:
     """Every job row as stored, in id order."""
     return await raw(store).fetch("SELECT * FROM jobs ORDER BY id")

@@ -17,6 +17,7 @@ from supervisor.core.config import ConfigError
 from supervisor.core.store import Store
 
 from ..api_support import ADMIN, READER, TOKENS, api_client, api_process
+from ..factory import count
 
 JOB = {"name": "n1", "type": "echo", "cron": "* * * * *"}
 
@@ -63,7 +64,7 @@ async def test_other_schemes_and_malformed_headers_are_401(store: Store) -> None
         resp = await api.get("/v1/jobs", headers={"Authorization": f"bearer {READER}"})
         assert resp.status == 200
     # Nothing was written by the refused requests.
-    assert await store._ex.fetchval("select count(*) from jobs") == 0
+    assert await count(store, "jobs") == 0
 
 
 async def test_without_tokens_loopback_callers_are_admin(store: Store) -> None:

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from supervisor.core.store import Store
 
+from ..factory import status
 from ..helpers import wait_for
 
 Client = TestClient[Any, Any]
@@ -77,9 +78,10 @@ async def test_cancel_running_run_kills_the_child(
         run = await (await api.post(f"/v1/jobs/{job['id']}/trigger")).json()
 
         async def started() -> bool:
-            row = await store._ex.fetchrow("select status from runs where id=$1", run["id"])
             return bool(
-                row["status"] == "running" and pidfile.exists() and pidfile.read_text().strip()
+                await status(store, run["id"]) == "running"
+                and pidfile.exists()
+                and pidfile.read_text().strip()
             )
 
         await wait_for(started, what="the supervisor to start the handler")

@@ -25,7 +25,7 @@ from supervisor.core.runs import RunFilters
 from supervisor.core.store import Store
 
 from ..api_support import run_schemathesis
-from ..factory import insert_runs
+from ..factory import count, insert_runs, job_row
 from ..helpers import job
 
 Client = TestClient[Any, Any]
@@ -86,9 +86,7 @@ async def check_answer(resp: Any, field: str | None = None) -> int:
 
 
 async def _counts(store: Store) -> tuple[int, int]:
-    jobs = await store._ex.fetchval("select count(*) from jobs")
-    runs = await store._ex.fetchval("select count(*) from runs")
-    return int(jobs), int(runs)
+    return await count(store, "jobs"), await count(store, "runs")
 
 
 def _token(data: Any) -> str:
@@ -266,10 +264,10 @@ async def test_hostile_patches_and_triggers_change_nothing(api: Client, store: S
     resp = await api.post("/v1/jobs", json={**BASE, "name": "target"})
     job_id = (await resp.json())["id"]
     for field, value in ((f, v) for f in FIELDS for v in HOSTILE):
-        row = await store._ex.fetchrow("select * from jobs where id = $1", job_id)
+        row = await job_row(store, job_id)
         resp = await api.patch(f"/v1/jobs/{job_id}", json={field: value})
         if await check_answer(resp, field) != 200:
-            after = await store._ex.fetchrow("select * from jobs where id = $1", job_id)
+            after = await job_row(store, job_id)
             assert after == row, (field, repr(value)[:80])
     runs = (await _counts(store))[1]
     for value in HOSTILE:

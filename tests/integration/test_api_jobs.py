@@ -13,15 +13,14 @@ from supervisor.core.store import Store
 from supervisor.planner import Planner
 
 from ..api_support import api_client
+from ..factory import count, job_rows, make_jobs_due, sql_rows
 
 Client = TestClient[Any, Any]
 BASE = {"name": "nightly", "type": "echo", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
 
 
 async def _counts(store: Store) -> tuple[int, int]:
-    jobs = await store._ex.fetchval("select count(*) from jobs")
-    runs = await store._ex.fetchval("select count(*) from runs")
-    return jobs, runs
+    return await count(store, "jobs"), await count(store, "runs")
 
 
 async def _problem(resp: Any, status: int) -> dict[str, Any]:
@@ -58,7 +57,7 @@ async def test_create_answers_201_with_next_instants_and_plans_runs(
         assert "T02:30:00+0" in instant["local"]  # 02:30 Berlin time, +01:00 or +02:00
     # No supervisor runs: the type is accepted with a warning.
     assert any("no live worker offers type 'echo'" in w for w in job["warnings"])
-    planned = await store._ex.fetchval("select count(*) from runs where job_id=$1", job["id"])
+    planned = await count(store, "runs", "job_id=$1", job["id"])
     assert planned >= 1
 
 
@@ -100,7 +99,9 @@ async def test_one_off_job(api: Client, store: Store) -> None:
     # Moving a one-off replans its single run in the same transaction.
     resp = await api.patch(f"/v1/jobs/{job['id']}", json={"run_at": "2031-05-06T07:08:09Z"})
     assert resp.status == 200, await resp.text()
-    rows = await store._ex.fetch("select scheduled_at, status from runs where job_id=$1", job["id"])
+    rows = await sql_rows(  # the one-off's runs, replanned
+        store, "select scheduled_at, status from runs where job_id=$1", job["id"]
+    )
     assert [(r["scheduled_at"].isoformat(), r["status"]) for r in rows] == [
         ("2031-05-06T07:08:09+00:00", "scheduled")
     ]
@@ -309,7 +310,8 @@ async def test_update_replans_and_validates(api: Client, store: Store) -> None:
     updated = await resp.json()
     assert updated["cron"] == "15 * * * *" and updated["max_attempts"] == 7
     assert all(i["utc"][14:16] == "15" for i in updated["next"])
-    rows = await store._ex.fetch(
+    rows = await sql_rows(  # the planned runs follow the new schedule and budget
+        store,
         "select scheduled_at, max_attempts from runs where job_id=$1 and status='scheduled'",
         job["id"],
     )
@@ -386,7 +388,7 @@ async def test_null_is_refused_for_a_field_that_cannot_be_null(api: Client, stor
         )
     ).json()
     before = await _counts(store)
-    rows = await store._ex.fetch("select * from jobs order by id")
+    rows = await job_rows(store)
     cases: list[tuple[int, dict[str, Any], str, str]] = [
         (cron_job["id"], {"cron": None}, "cron", "cannot be null unless run_at is given"),
         (one_off["id"], {"run_at": None}, "run_at", "cannot be null unless cron is given"),
@@ -404,7 +406,7 @@ async def test_null_is_refused_for_a_field_that_cannot_be_null(api: Client, stor
     for field in NOT_NULLABLE:  # the same rule on create
         data = await _problem(await api.post("/v1/jobs", json={**BASE, field: None}), 422)
         assert field in {e["field"] for e in data["errors"]}, data
-    assert await store._ex.fetch("select * from jobs order by id") == rows, "nothing changed"
+    assert await job_rows(store) == rows, "nothing changed"
     assert await _counts(store) == before
     # Switching schedules: null for one together with the other.
     resp = await api.patch(
@@ -469,7 +471,7 @@ async def test_a_schedule_is_parsed_once_from_create_to_plan_to_view(
     assert resp.status == 201, await resp.text()
     created = await resp.json()
     assert len(created["next"]) == 5
-    await store._ex.execute("UPDATE jobs SET plan_after = '-infinity'")
+    await make_jobs_due(store)
     assert (await Planner(store).run_once()).jobs == 1  # reads the row back, plans it
     resp = await api.get(f"/v1/jobs/{created['id']}")
     assert (await resp.json())["next"] == created["next"]

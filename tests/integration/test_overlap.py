@@ -11,12 +11,14 @@ from supervisor.core.db import create_pool
 from supervisor.core.errors import UniqueConflict
 from supervisor.core.store import Completion, Store
 
+from ..factory import count, run_ids, runs, sql, sql_rows, statuses
 from ..helpers import job
 
 
 async def _job_with_due_runs(store: Store, overlap: str, n: int) -> int:
     row = await store.insert_job(job(f"o-{overlap}", cron="0 0 1 1 *", overlap=overlap))
-    await store._ex.execute(
+    await sql(  # n runs due at once, planned by hand: what the overlap rules are about
+        store,
         "INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts)"
         " SELECT $1, now() - make_interval(secs => i), now() - make_interval(secs => i),"
         " 'echo', $2, 3 FROM generate_series(1, $3) AS i",
@@ -34,10 +36,7 @@ async def _claim(store: Store, owner: str = "w1", limit: int = 10) -> list[async
 
 
 async def _statuses(store: Store, job_id: int) -> dict[str, int]:
-    rows = await store._ex.fetch(
-        "SELECT status::text, count(*) FROM runs WHERE job_id=$1 GROUP BY 1", job_id
-    )
-    return {r["status"]: r["count"] for r in rows}
+    return await statuses(store, await run_ids(store, job_id))
 
 
 async def test_allow_runs_everything_at_once(store: Store) -> None:
@@ -51,11 +50,13 @@ async def test_skip_records_overlapping_runs_as_skipped(store: Store) -> None:
     first = await _claim(store)
     assert len(first) == 1, "one run of an exclusive job at a time"
     assert first[0]["scheduled_at"] == min(
-        r["scheduled_at"] for r in await store._ex.fetch("SELECT scheduled_at FROM runs")
+        r["scheduled_at"] for r in (await runs(store, await run_ids(store))).values()
     )
     assert await _claim(store) == []
     assert await _statuses(store, job_id) == {"running": 1, "skipped": 2}
-    reasons = await store._ex.fetch("SELECT DISTINCT skip_reason FROM runs WHERE status='skipped'")
+    reasons = await sql_rows(  # why the others were skipped
+        store, "SELECT DISTINCT skip_reason FROM runs WHERE status='skipped'"
+    )
     assert [r["skip_reason"] for r in reasons] == ["overlap"]
 
 
@@ -92,9 +93,7 @@ async def test_racing_claimers_never_run_an_exclusive_job_twice(
                 lost_race = isinstance(r, UniqueConflict)
                 assert isinstance(r, list) or lost_race, r
                 assert not lost_race or r.constraint == "runs_one_running_exclusive", r
-            running = await store._ex.fetchval(
-                "SELECT count(*) FROM runs WHERE job_id=$1 AND status='running'", job_id
-            )
+            running = await count(store, "runs", "job_id=$1 AND status='running'", job_id)
             assert running == 1
     finally:
         for p in pools:

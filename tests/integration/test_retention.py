@@ -7,12 +7,13 @@ from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
 from supervisor.pruner import Pruner
 
+from ..factory import count, run_ids, sql
 from ..helpers import job
 
 
 async def test_pruning_keeps_what_it_must(store: Store) -> None:
     row = await jobs.create_job(store, job("r", cron="* * * * *"), PlanLimits(max_runs=30))
-    ids = [r["id"] for r in await store._ex.fetch("select id from runs order by id")]
+    ids = await run_ids(store)
     assert len(ids) >= 20
 
     # Age finished runs through data, not time: finished N days ago.
@@ -31,19 +32,23 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
         ids[5]: ("cancelled", 91),  # pruned
     }
     for run_id, (status, days) in cases.items():
-        await store._ex.execute(age(run_id, status, days))
-    # A retrying run and a running run from long ago are never pruned.
-    await store._ex.execute(
+        await sql(store, age(run_id, status, days))
+    # A retrying run and a running run from long ago are never pruned. (These rows, each
+    # in its own state, are the test's point: one-off statements.)
+    await sql(
+        store,
         "update runs set status='failed', attempts=1, run_after=now() - interval '200 days' where id=$1",
         ids[6],
     )
-    await store._ex.execute(
+    await sql(
+        store,
         "update runs set status='running', attempts=1, lease_owner='w', lease_token=1,"
         " lease_expires_at = now() - interval '200 days', started_at = now() - interval '200 days'"
         " where id=$1",
         ids[7],
     )
-    await store._ex.execute(
+    await sql(
+        store,
         "insert into run_attempts (run_id, attempt, worker_id, lease_token, finished_at, outcome)"
         " values ($1, 1, 'w', 1, now() - interval '31 days', 'succeeded')",
         ids[0],
@@ -53,12 +58,10 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
     while passes[-1].next_in == 0.0:  # full batches continue at once
         passes.append(await pruner.run_once())
     assert [p.pruned for p in passes] == [2, 2, 0]
-    left = {r["id"] for r in await store._ex.fetch("select id from runs")}
+    left = set(await run_ids(store))
     pruned = {ids[0], ids[2], ids[4], ids[5]}
     assert pruned.isdisjoint(left)
     assert set(ids) - pruned == left
     assert pruner.pruned == 4
-    assert (
-        await store._ex.fetchval("select count(*) from run_attempts where run_id=$1", ids[0]) == 0
-    )
+    assert await count(store, "run_attempts", "run_id=$1", ids[0]) == 0
     assert (await store.get_job(row.id)) is not None
