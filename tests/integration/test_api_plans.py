@@ -11,6 +11,8 @@ from typing import Any
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
+from .. import factory
+
 INF = "'infinity'::timestamptz"
 WHOLE = f"'-infinity'::timestamptz, {INF}"
 # Cursor keys: a first page and one 300 s in. History reads back from now, the plan ahead
@@ -71,7 +73,8 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def test_run_list_queries_use_their_index_from_the_page_position(store: Store) -> None:
-    await store._ex.execute(
+    await factory.sql(  # 80,000 runs, so the planner has a reason to use the indexes
+        store,
         """insert into jobs (name, type, cron) select 'j' || g, 'echo', '* * * * *'
            from generate_series(1, 100) g;
            insert into runs (job_id, scheduled_at, run_after, type, max_attempts, status,
@@ -84,12 +87,12 @@ async def test_run_list_queries_use_their_index_from_the_page_position(store: St
            select 1 + g % 100, now() + make_interval(secs => g), now(), 'echo', 3,
                   (case when g % 8 = 0 then 'cancelled' else 'scheduled' end)::run_status
            from generate_series(1, 40000) g;
-           analyze jobs; analyze runs;"""
+           analyze jobs; analyze runs;""",
     )
     assert set(QUERIES) >= {c[0] for c in CASES}
     assert {q for q in QUERIES if q.startswith("list_runs")} == {c[0] for c in CASES}
     async with store.transaction() as tx:  # one now() for every statement
-        conn = tx._ex
+        conn = factory.raw(tx)  # PREPARE and EXPLAIN on one connection: the test's point
         await conn.execute("set local plan_cache_mode = force_generic_plan")
         for n, (query, args, index) in enumerate(CASES):
             await conn.execute(f"prepare q{n} as {QUERIES[query]}")
