@@ -16,10 +16,10 @@ from typing import Any
 
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.jobspec import checked_instant
+from supervisor.core.model import MAX_ID
 
 VERSION = 1
 MAX_LENGTH = 512
-MAX_ID = 2**63 - 1
 
 
 def filters_hash(kind: str, filters: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.core.model import (
+    MAX_ID,
     NAME_PATTERN,
     TYPE_PATTERN,
     Catchup,
@@ -18,7 +19,6 @@ from supervisor.core.model import (
 )
 
 J = dict[str, Any]
-MAX_ID = 2**63 - 1
 NAME = f"^{NAME_PATTERN}$"
 TYPE = f"^{TYPE_PATTERN}$"
 

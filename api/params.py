@@ -16,8 +16,7 @@ from aiohttp import web
 from api.problems import ApiError
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.jobspec import checked_instant
-
-MAX_ID = 2**63 - 1
+from supervisor.core.model import MAX_ID
 
 
 class Query:

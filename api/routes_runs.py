@@ -12,7 +12,7 @@ from api import cursor, views
 from api.params import Query, no_query, path_id
 from api.state import store
 from supervisor.core import runs
-from supervisor.core.model import NAME, NAME_RULE, RunStatus
+from supervisor.core.model import MAX_ID, NAME, NAME_RULE, RunStatus
 from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
@@ -34,7 +34,7 @@ WORKERS_MAX = 1000
 
 def _filters(q: Query) -> RunFilters:
     return RunFilters(
-        job_id=q.integer("job_id", 1, cursor.MAX_ID),
+        job_id=q.integer("job_id", 1, MAX_ID),
         job_name=q.string("job_name", NAME, NAME_RULE),
         statuses=q.choices("status", STATUSES),
         scheduled_after=q.instant("scheduled_after"),

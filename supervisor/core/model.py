@@ -22,6 +22,10 @@ NAME_RULE = "must be 1-200 letters, digits or -_.: and must not start with a dot
 TYPE_RULE = "must be 1-100 letters, digits or -_.: and must not start with a dot"
 
 
+# Ids are bigint: the largest a run, job or attempt id can be (a bound for input checks).
+MAX_ID = 2**63 - 1
+
+
 def utc_iso(ts: datetime) -> str:
     """An instant as the API, the logs and handlers write it: ISO 8601 in UTC with a Z
     (isoformat, not strftime: a year before 1000 keeps its four digits)."""

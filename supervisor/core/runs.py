@@ -14,12 +14,11 @@ from typing import Any
 from supervisor.core.db import Record
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
 from supervisor.core.history import OpenRange, RunKey, TimeRange
-from supervisor.core.model import RunStatus
+from supervisor.core.model import MAX_ID, RunStatus
 from supervisor.core.store import Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
 MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
-MAX_ID = 2**63 - 1
 FIRST_PAGE: RunKey = (INFINITY, MAX_ID)  # history; the queries clamp it to (now(), max id)
 FIRST_UPCOMING: RunKey = (MINUS_INFINITY, 0)  # the plan ahead; clamped up to (now(), max id)
 REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
