@@ -34,6 +34,9 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     # reconnects with target_session_attrs=read-write.
     asyncpg.ReadOnlySQLTransactionError,
     asyncpg.CrashShutdownError,
+    # 40001/40P01: a serialization failure or a deadlock rolled the statement back; trying
+    # again is the documented answer (writes are fenced and idempotent).
+    asyncpg.TransactionRollbackError,
     asyncpg.QueryCanceledError,
     # Reconnect storms after a restart can briefly exceed max_connections.
     asyncpg.TooManyConnectionsError,

@@ -128,21 +128,27 @@ class Store(History):
     ) -> set[int]:
         if not leases:
             return set()
-        ids, tokens = zip(*leases, strict=True)
+        ids, tokens = zip(*sorted(leases), strict=True)  # one lock order: see complete_runs
         rows = await self._fetch("renew_leases", list(ids), list(tokens), lease_ttl, owner)
         return {r["id"] for r in rows}
 
     async def complete_runs(self, results: Sequence[Completion], owner: str) -> list[Record]:
-        """Record results; returns the rows recorded. A missing id is a late result."""
+        """Record results; returns the rows recorded. A missing id is a late result.
+
+        Every multi-row write of runs (renew, complete, release) sends its rows sorted by id,
+        so that whatever join order a plan picks, concurrent ones lock in one order (the
+        failover test once saw a heartbeat deadlock; a deadlock is retried, db.DB_ERRORS).
+        """
         if not results:
             return []
-        cols = [list(c) for c in zip(*map(_COMPLETION_COLUMNS, results), strict=True)]
+        ordered = sorted(results, key=_RUN_ID)
+        cols = [list(c) for c in zip(*map(_COMPLETION_COLUMNS, ordered), strict=True)]
         return await self._fetch("complete_runs", *cols, owner)
 
     async def release_runs(self, leases: Sequence[tuple[int, int]], owner: str) -> set[int]:
         if not leases:
             return set()
-        ids, tokens = zip(*leases, strict=True)
+        ids, tokens = zip(*sorted(leases), strict=True)  # one lock order: see complete_runs
         rows = await self._fetch("release_runs", list(ids), list(tokens), owner)
         return {r["id"] for r in rows}
 
@@ -264,6 +270,7 @@ class Completion:
 
 
 _COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
+_RUN_ID = attrgetter("run_id")
 
 # The job columns in the parameter order of insert_job ($1..) and update_job ($2..).
 JOB_COLUMNS = (
