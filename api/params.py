@@ -28,7 +28,9 @@ class Query:
         self.q = request.rel_url.query
         self.errors: list[InvalidSpec] = []
         for name in sorted(set(self.q.keys())):
-            if name not in allowed:
+            if not name.strip():  # `?=x`: nothing to name, so the problem names the query
+                self.errors.append(InvalidSpec("query", "a parameter without a name"))
+            elif name not in allowed:
                 self.errors.append(InvalidSpec(name, "unknown query parameter"))
             elif name not in repeatable and len(self.q.getall(name)) > 1:
                 self.errors.append(InvalidSpec(name, "may be given only once"))
