@@ -31,6 +31,7 @@ from supervisor.core import jobs
 from supervisor.core.domain import JobSpec
 from supervisor.core.store import Store
 
+from ..factory import count, raw, run_ids, runs
 from ..helpers import job, wait_for
 from .procs import LEASE_TTL, Cluster, PidMonitor, Supervisor
 from .scenario import LIMITS, all_attempts, create_runs, execution_problems
@@ -80,16 +81,14 @@ async def _soak(cluster: Cluster, store: Store, tmp_path: Path, chaos: list[str]
             (await jobs.create_job(store, _cron_job(name, work, sleep), LIMITS)).id
             for name, sleep in (("tick-short", 0.2), ("tick-long", 1.5))
         ]
-        window_from = await _db_now(store)
+        window_from = await store.now()
         feeder = asyncio.create_task(_feed(store, work, load_rng))
         try:
             kills = await _chaos(cluster, sups, monitor, chaos_rng, chaos, start)
         finally:
             feeder.cancel()
             one_offs = await asyncio.gather(feeder, return_exceptions=True)
-        window_to = await _db_now(store)
-        for job_id in cron_ids:  # settle: no new instants, running runs finish
-            await jobs.set_paused(store, job_id, True, LIMITS)
+        window_to = await store.now()
         [once_ids] = one_offs
         assert isinstance(once_ids, list), once_ids
         await _settle(store, monitor, cron_ids, once_ids, window_to)
@@ -99,7 +98,7 @@ async def _soak(cluster: Cluster, store: Store, tmp_path: Path, chaos: list[str]
     problems = []
     # Exactly once: one run per planned instant, each with one recorded success.
     expected = _instants(window_from, window_to)
-    rows = await store._ex.fetch(
+    rows = await raw(store).fetch(
         "SELECT r.id, r.job_id, r.scheduled_at, r.status::text AS status FROM runs r"
         " WHERE r.job_id = ANY($1::bigint[]) AND r.scheduled_at BETWEEN $2 AND $3",
         cron_ids,
@@ -117,7 +116,7 @@ async def _soak(cluster: Cluster, store: Store, tmp_path: Path, chaos: list[str]
     statuses = {r["id"]: r["status"] for r in rows}
     problems += [f"run {i}: {st}" for i, st in statuses.items() if st != "succeeded"]
     # The monitor's view against the database's, over every run that executed.
-    all_runs = [r["id"] for r in await store._ex.fetch("SELECT id FROM runs")]
+    all_runs = await run_ids(store)
     every = await all_attempts(store, all_runs)
     executions = list(monitor.executions.values())
     problems += execution_problems(executions, every, monitor.alive_until)
@@ -224,25 +223,43 @@ async def _settle(
     once_ids: list[int],
     window_to: datetime,
 ) -> None:
-    async def settled() -> bool:
-        row = await store._ex.fetchrow(
-            "SELECT count(*) FILTER (WHERE status = 'running') AS running,"
-            " count(*) FILTER (WHERE status <> 'succeeded' AND (id = ANY($1::bigint[])"
-            "   OR (job_id = ANY($2::bigint[]) AND scheduled_at <= $3))) AS open"
-            " FROM runs",
-            once_ids,
-            cron_ids,
-            window_to,
-        )
-        return row is not None and row["running"] == 0 and row["open"] == 0
+    """Every run of the window succeeds, then the cron jobs pause and the rest finish.
 
-    await wait_for(settled, 60, "every run of the window to succeed and none to be running")
+    Pausing comes second: a paused job's runs are not claimed, so a window run still
+    waiting for its retry when the pause lands would never finish (CI, seed 2787628743).
+    """
+    window = (
+        "status <> 'succeeded' AND (id = ANY($1::bigint[])"
+        " OR (job_id = ANY($2::bigint[]) AND scheduled_at <= $3))"
+    )
+    open_runs: list[int] = []
+
+    async def window_done() -> bool:
+        rows = await raw(store).fetch(
+            f"SELECT id FROM runs WHERE {window} ORDER BY id", once_ids, cron_ids, window_to
+        )
+        open_runs[:] = [r["id"] for r in rows]
+        return not rows
+
+    try:
+        await wait_for(window_done, 60, "every run of the window to succeed")
+    except AssertionError as exc:
+        detail = await runs(store, open_runs[:10])
+        raise AssertionError(
+            f"{exc}; open: "
+            + ", ".join(
+                f"{i} {r['status']} attempt {r['attempts']} owner {r['lease_owner']}"
+                for i, r in detail.items()
+            )
+        ) from exc
+    for job_id in cron_ids:  # no new instants; what is running finishes
+        await jobs.set_paused(store, job_id, True, LIMITS)
+    await wait_for(lambda: _none_running(store), 60, "no run left running")
     await wait_for(lambda: not monitor.alive(), 10, f"no handler left alive: {monitor.alive()}")
 
 
-async def _db_now(store: Store) -> datetime:
-    now: datetime = await store._ex.fetchval("SELECT now()")
-    return now
+async def _none_running(store: Store) -> bool:
+    return await count(store, "runs", "status = 'running'") == 0
 
 
 def _instants(since: datetime, until: datetime) -> list[datetime]:
