@@ -20,13 +20,19 @@ WAKE_CHANNEL = "punchclock_wake"
 
 
 def load_queries() -> dict[str, str]:
-    text = resources.files("supervisor.core").joinpath("queries.sql").read_text()
-    parts = _QUERY_HEADER.split(text)
+    """Every `-- name:` block of the package's .sql files (queries.sql, and one file per
+    feature beside it); a name defined twice anywhere is an error."""
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"queries.sql: query {name!r} defined twice")
-        queries[name] = body.strip()
+    files = sorted(
+        (f for f in resources.files("supervisor.core").iterdir() if f.name.endswith(".sql")),
+        key=lambda f: f.name,
+    )
+    for file in files:
+        parts = _QUERY_HEADER.split(file.read_text())
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"{file.name}: query {name!r} defined twice")
+            queries[name] = body.strip()
     return queries
 
 
