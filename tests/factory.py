@@ -8,7 +8,7 @@ the statements that are themselves the point of one test; say so in a comment wh
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -113,6 +113,11 @@ async def finish_run(store: Store, run_id: int, status: str = "succeeded") -> No
     )
 
 
+async def delete_runs(store: Store, job_id: int) -> None:
+    """Delete every run of a job, as if no host had planned it yet."""
+    await raw(store).execute("DELETE FROM runs WHERE job_id = $1", job_id)
+
+
 async def make_jobs_due(store: Store) -> None:
     """Every job due for planning now, as if its plan mark had passed."""
     await raw(store).execute("UPDATE jobs SET plan_after = '-infinity'")
@@ -174,6 +179,21 @@ async def job_row(store: Store, job_id: int) -> Record | None:
 async def job_rows(store: Store) -> list[Record]:
     """Every job row as stored, in id order."""
     return await raw(store).fetch("SELECT * FROM jobs ORDER BY id")
+
+
+async def job_runs(store: Store, job_id: int, until: datetime | None = None) -> list[Record]:
+    """A job's runs (only those scheduled at or before `until` if given), in schedule order."""
+    return await raw(store).fetch(
+        "SELECT * FROM runs WHERE job_id = $1"
+        " AND ($2::timestamptz IS NULL OR scheduled_at <= $2) ORDER BY scheduled_at, id",
+        job_id,
+        until,
+    )
+
+
+async def worker_rows(store: Store) -> list[Record]:
+    """Every worker row as stored, in id order."""
+    return await raw(store).fetch("SELECT * FROM workers ORDER BY id")
 
 
 async def runs(store: Store, ids: list[int]) -> dict[int, Record]:

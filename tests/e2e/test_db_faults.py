@@ -6,7 +6,7 @@ import asyncio
 import signal
 import time
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,6 +14,7 @@ import asyncpg
 
 from supervisor.core.store import Store
 
+from ..factory import count
 from ..helpers import wait_for
 from .procs import LEASE_TTL, Cluster, read_pids, wait_gone, watch
 from .proxy import CuttableProxy
@@ -76,9 +77,7 @@ async def test_terminated_connections_lose_and_double_nothing(
 
 
 async def _running(store: Store) -> bool:
-    return bool(
-        await store._ex.fetchval("SELECT count(*) >= 20 FROM runs WHERE status = 'running'")
-    )
+    return await count(store, "runs", "status = 'running'") >= 20
 
 
 async def test_unreachable_database_fences_children_before_their_leases_expire(
@@ -149,8 +148,4 @@ async def _fence_while_partitioned(
 
 
 async def _db_past(store: Store, ts: datetime, seconds: float) -> bool:
-    return bool(
-        await store._ex.fetchval(
-            "SELECT now() > $1::timestamptz + make_interval(secs => $2::float8)", ts, seconds
-        )
-    )
+    return await store.now() > ts + timedelta(seconds=seconds)

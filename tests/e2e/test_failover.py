@@ -36,6 +36,7 @@ from supervisor.core.migrator import migrate
 from supervisor.core.store import Store
 from supervisor.local.pgserver import SUPERUSER, LocalPostgres
 
+from ..factory import job_runs
 from ..helpers import job, wait_for
 from .procs import Cluster, Supervisor, free_port
 from .scenario import LIMITS, all_attempts, all_in, create_runs, read_lines
@@ -226,8 +227,8 @@ async def _run(
     f.supervisors = sups
     f.lines = read_lines(out)
     f.history = list(await all_attempts(store, f.run_ids))
-    everything = await store._ex.fetch("SELECT *, outcome::text AS outcome FROM run_attempts")
-    f.figures.update(_lost(sups, list(everything)))
+    everything = await all_attempts(store)  # the runs the cron job planned too
+    f.figures.update(_lost(sups, everything))
     finished = sorted(a["finished_at"].timestamp() for a in f.history if a["finished_at"])
     f.figures.update(
         runs=len(f.run_ids),
@@ -318,24 +319,13 @@ async def _create_via_api(base: str, out: Path, n: int) -> list[int]:
 
 
 async def _cron_done(store: Store, job_id: int, until: datetime) -> bool:
-    return bool(
-        await store._ex.fetchval(
-            "SELECT count(*) > 0 AND bool_and(status = 'succeeded') FROM runs"
-            " WHERE job_id = $1 AND scheduled_at <= $2",
-            job_id,
-            until,
-        )
-    )
+    rows = await job_runs(store, job_id, until)
+    return bool(rows) and all(r["status"] == "succeeded" for r in rows)
 
 
 async def _cron_figures(store: Store, job_id: int, out: Path, until: datetime) -> dict[str, int]:
     """Every planned second up to `until` is one run, and each ran exactly once."""
-    rows = await store._ex.fetch(
-        "SELECT id, scheduled_at FROM runs WHERE job_id = $1 AND scheduled_at <= $2"
-        " ORDER BY scheduled_at",
-        job_id,
-        until,
-    )
+    rows = await job_runs(store, job_id, until)
     instants = [r["scheduled_at"] for r in rows]
     span = int((instants[-1] - instants[0]).total_seconds()) + 1
     executed = Counter(line["run_id"] for line in read_lines(out))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +16,7 @@ from api.observe import observability_routes
 from supervisor.core.metrics import Metrics
 from supervisor.core.store import Store
 
+from ..factory import count, run_row, set_run
 from ..helpers import wait_for
 from .procs import Cluster, free_port
 from .scenario import all_in, create_runs, status_is
@@ -85,9 +87,9 @@ async def test_metrics_and_logs_equal_what_happened(
     # max_attempts=1: when its orphaned lease expires the reaper makes it dead, not a rerun.
     late = await create_runs(store, "sleeper", 1, sleep, prefix="late", max_attempts=1)
     await wait_for(lambda: status_is(store, late[0], "running"), 30, "the late run to start")
-    await store._ex.execute(
-        "UPDATE runs SET lease_token = lease_token + 100 WHERE id = $1", late[0]
-    )
+    row = await run_row(store, late[0])
+    assert row is not None
+    await set_run(store, late[0], lease_token=row["lease_token"] + 100)
     await sup.wait_event("run_late_result_rejected", timeout=20, run_id=late[0])
 
     text = await scrape(f"http://127.0.0.1:{port}/metrics")
@@ -131,9 +133,9 @@ async def test_readyz_names_late_runs_until_a_supervisor_catches_up(
             assert resp.status == 200
         ids = await create_runs(store, "append", 2, {"out": str(tmp_path / "o")}, prefix="late")
         # Age the due runs through data: they have waited two minutes with no supervisor.
-        await store._ex.execute(
-            "UPDATE runs SET run_after = now() - interval '2 minutes' WHERE id = ANY($1)", ids
-        )
+        two_minutes_ago = await store.now() - timedelta(minutes=2)
+        for run_id in ids:
+            await set_run(store, run_id, run_after=two_minutes_ago)
         async with http.get(f"{api_url}/readyz") as resp:
             assert resp.status == 503
             body = await resp.json()
@@ -166,7 +168,7 @@ async def test_database_gauges_are_not_multiplied(
     ids = await create_runs(store, "append", 4, {"out": str(tmp_path / "o")})
     await wait_for(lambda: all_in(store, ids, "succeeded"), 30, "runs to succeed")
     api_text = await scrape(f"{api_url}/metrics")
-    succeeded = await store._ex.fetchval("SELECT count(*) FROM runs WHERE status = 'succeeded'")
+    succeeded = await count(store, "runs", "status = 'succeeded'")
     assert sample(api_text, "punchclock_runs", status="succeeded") == succeeded == 4
     assert sample(api_text, "punchclock_live_workers") == 2
     assert sample(api_text, "punchclock_unserved_jobs") == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from supervisor.core import jobs
 from supervisor.core.store import Store
 
+from ..factory import delete_runs, set_job
 from ..helpers import job, wait_for
 from .procs import Cluster, free_port
 from .scenario import LIMITS, all_in, create_runs
@@ -31,12 +32,10 @@ async def test_an_unplannable_job_is_skipped_and_reported(
     bad = await jobs.create_job(
         store, job("zone-from-the-future", "append", cron="* * * * *"), LIMITS
     )
-    await store._ex.execute(
-        "UPDATE jobs SET timezone = 'Mars/Olympus_Mons', planned_until = NULL,"
-        " plan_after = now() WHERE id = $1",
-        bad.id,
-    )
-    await store._ex.execute("DELETE FROM runs WHERE job_id = $1", bad.id)
+    # A zone this host's tzdata lacks, and no run planned yet: the planner must try it.
+    now = await store.now()
+    await set_job(store, bad.id, timezone="Mars/Olympus_Mons", planned_until=None, plan_after=now)
+    await delete_runs(store, bad.id)
     port = free_port()
     sup = await cluster.start_ready("a", ["append"], metrics_port=port)
     event = await sup.wait_event("plan_failed", 15, job_id=bad.id)

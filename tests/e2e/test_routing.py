@@ -7,6 +7,7 @@ from pathlib import Path
 
 from supervisor.core.store import Store
 
+from ..factory import worker_rows
 from ..helpers import wait_for
 from .procs import Cluster
 from .scenario import all_attempts, all_in, create_runs, read_lines, runs
@@ -23,7 +24,7 @@ async def test_a_type_offered_by_one_supervisor_runs_only_there(
     ]
     for s in sups:
         await s.wait_event("supervisor_started", timeout=20)
-    workers = await store._ex.fetch("SELECT id, types FROM workers ORDER BY id")
+    workers = await worker_rows(store)
     assert [(w["id"], w["types"]) for w in workers] == [
         ("s1", ["append", "special"]),
         ("s2", ["append"]),

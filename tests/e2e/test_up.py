@@ -16,6 +16,7 @@ import psutil
 
 from supervisor.core.store import Store
 
+from ..factory import count
 from ..helpers import wait_for
 from .procs import ROOT, free_port
 
@@ -60,8 +61,7 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
         assert _get(f"{base}/v1/jobs")[0] == 401, "tokens are required"
 
         async def a_demo_run_succeeded() -> bool:
-            n = await store._ex.fetchval("SELECT count(*) FROM runs WHERE status = 'succeeded'")
-            return bool(n)
+            return await count(store, "runs", "status = 'succeeded'") > 0
 
         await wait_for(a_demo_run_succeeded, 30, "a demo run to succeed")
         proc.send_signal(signal.SIGINT)
