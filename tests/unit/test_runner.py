@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -19,6 +19,8 @@ import pytest
 from supervisor.keeper import Keeper
 from supervisor.keeperd import CHILD_ID_ENV
 from supervisor.runner import Child, ChildResult, ChildSpec
+
+from ..helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -59,14 +61,6 @@ async def run(argv: list[str], **kwargs: object) -> ChildResult:
     return await child.wait()
 
 
-async def wait_for(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.01)
-
-
 def pid_in(path: Path) -> int:
     return int(path.read_text().strip())
 
@@ -92,11 +86,11 @@ def processes_with(name: str, value: str | None = None) -> list[psutil.Process]:
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_processes() -> Iterator[None]:
+async def no_leftover_processes() -> AsyncIterator[None]:
     yield
-    deadline = time.monotonic() + 3.0
-    while (left := processes_with(CHILD_ID_ENV)) and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling a condition with a deadline
+    with contextlib.suppress(AssertionError):
+        await wait_for(lambda: not processes_with(CHILD_ID_ENV), 3.0, "the children to exit")
+    left = processes_with(CHILD_ID_ENV)
     for proc in left:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
