@@ -202,6 +202,7 @@ def _banner(api: str, token: str, created: list[str], handlers: list[str]) -> No
     print(
         f"""
 punchclock is up.
+  dashboard    http://{api}/ui/            (log in with the admin token below)
   API          http://{api}/v1/jobs        (OpenAPI: http://{api}/openapi.json)
   metrics      http://{api}/metrics        readiness: http://{api}/readyz
   admin token  {token}

@@ -1,0 +1,156 @@
+"""The dashboard's gate, one middleware: who may see a page, and which POSTs are accepted.
+
+Every response gets the security headers (a CSP without inline scripts or styles). Without
+API tokens only loopback callers get in, as admin; with tokens a page needs a session (else
+the login page). A POST needs a same-origin Origin (or Referer), the session's CSRF token,
+and an admin session (login and logout excepted). Errors become HTML pages.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from api.auth import ADMIN, ROLE_KEY, is_loopback
+from api.problems import Handler
+from api.ui.session import COOKIE, SESSION_SECONDS, Session, Sessions
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.core.log import log_event
+
+log = logging.getLogger("punchclock.ui")
+PREFIX = "/ui/"
+PUBLIC = (PREFIX + "login", PREFIX + "static/")
+ANY_ROLE_POSTS = frozenset({PREFIX + "login", PREFIX + "logout"})
+SESSIONS = web.AppKey("ui_sessions", Sessions)
+SESSION_KEY: Any = web.RequestKey("ui_session", Session) if hasattr(web, "RequestKey") else "ui"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+class Refused(Exception):
+    """A request the gate or a page refuses: rendered as an HTML error page."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def is_tls(request: web.Request) -> bool:
+    """Served over TLS, or behind a proxy that says so (X-Forwarded-Proto: https)."""
+    proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return request.secure or proto == "https"
+
+
+def set_session(request: web.Request, response: web.StreamResponse, s: Session) -> None:
+    sessions: Sessions = request.app[SESSIONS]
+    response.set_cookie(
+        COOKIE,
+        sessions.encode(s),
+        max_age=SESSION_SECONDS,
+        path=PREFIX,
+        httponly=True,
+        samesite="Strict",
+        secure=is_tls(request),
+    )
+
+
+def redirect(location: str) -> web.Response:
+    """303 See Other: after a form POST the browser GETs the result (no resubmission)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def session(request: web.Request) -> Session:
+    s: Session = request[SESSION_KEY]
+    return s
+
+
+def gate(render_error: Any) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await _guarded(request, handler)
+        except Refused as exc:
+            response = render_error(request, exc.status, exc.detail)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = render_error(request, exc.status, exc.reason)
+        except (InvalidSpecs, InvalidSpec) as exc:
+            response = render_error(request, 422, str(exc))
+        except NotFound as exc:
+            response = render_error(request, 404, str(exc))
+        except Conflict as exc:
+            response = render_error(request, 409, str(exc))
+        except DB_ERRORS:
+            response = render_error(request, 503, "The database is unavailable; retry later.")
+        except Exception:
+            log.exception("ui_internal_error", extra={"punchclock_fields": {"path": request.path}})
+            response = render_error(request, 500, "Internal error; the server log has details.")
+        response.headers.update(HEADERS)
+        if "Cache-Control" not in response.headers:
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    return middleware
+
+
+async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    sessions: Sessions = request.app[SESSIONS]
+    if sessions.open and (request.remote is None or not is_loopback(request.remote)):
+        raise Refused(403, "Without API tokens the dashboard is served to loopback only.")
+    current = sessions.decode(request.cookies.get(COOKIE))
+    fresh = current is None
+    if current is None:
+        current = sessions.new(ADMIN if sessions.open else None)
+    request[SESSION_KEY] = current
+    request[ROLE_KEY] = current.role
+    path = request.path
+    public = path.startswith(PUBLIC)
+    if request.method == "POST":
+        await _check_post(request, sessions, current, fresh)
+    elif current.role is None and not public:
+        return _to_login(request)
+    response = await handler(request)
+    if fresh and not path.startswith(PREFIX + "static/") and COOKIE not in response.cookies:
+        set_session(request, response, current)
+    return response
+
+
+def _to_login(request: web.Request) -> web.StreamResponse:
+    target = f"{PREFIX}login?next={quote(request.path_qs, safe='')}"
+    if request.headers.get("HX-Request"):
+        return web.Response(status=204, headers={"HX-Redirect": target})
+    return redirect(target)
+
+
+async def _check_post(request: web.Request, sessions: Sessions, s: Session, fresh: bool) -> None:
+    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    hosts = {h for h in (request.host, request.headers.get("X-Forwarded-Host")) if h}
+    if not origin or origin == "null" or urlsplit(origin).netloc not in hosts:
+        _refuse(request, "origin", "This form must be sent from the dashboard's own pages.")
+    form = await request.post()
+    given = request.headers.get("X-CSRF-Token") or str(form.get("csrf", ""))
+    if fresh or not sessions.csrf_ok(s, given):
+        _refuse(request, "csrf", "The form has expired or was not sent by this dashboard.")
+    if s.role is None and request.path != PREFIX + "login":
+        raise Refused(401, "Log in first.")
+    if s.role != ADMIN and request.path not in ANY_ROLE_POSTS:
+        raise Refused(403, f"The {s.role} role may only look; this needs an admin token.")
+
+
+def _refuse(request: web.Request, check: str, detail: str) -> None:
+    log_event(log, "ui_post_refused", level=logging.WARNING, check=check, path=request.path)
+    raise Refused(403, detail)

@@ -1,0 +1,57 @@
+"""Login with an API token (read or admin), and logout."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from api.ui.guard import PREFIX, SESSIONS, redirect, session, set_session
+from api.ui.site import render
+from supervisor.core.log import log_event
+
+log = logging.getLogger("punchclock.ui")
+routes = web.RouteTableDef()
+
+
+def safe_next(value: object) -> str:
+    """Where to go after login: a dashboard path only (never another site)."""
+    text = str(value or "")
+    if text.startswith(PREFIX) and not text.startswith(("//", "/\\")) and "\\" not in text:
+        return text
+    return PREFIX
+
+
+@routes.get("/login")
+async def login_page(request: web.Request) -> web.StreamResponse:
+    target = safe_next(request.query.get("next"))
+    if request.app[SESSIONS].open or session(request).role is not None:
+        return redirect(target)
+    return render(request, "login.html", {"next": target, "error": None})
+
+
+@routes.post("/login")
+async def login(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    target = safe_next(form.get("next"))
+    sessions = request.app[SESSIONS]
+    if sessions.open:
+        return redirect(target)
+    token = str(form.get("token", "")).strip()
+    opened = sessions.login(token) if token else None
+    if opened is None:
+        log_event(log, "ui_login_failed", level=logging.WARNING, remote=request.remote)
+        error = "Enter an API token." if not token else "That token is not valid."
+        return render(request, "login.html", {"next": target, "error": error}, 401)
+    log_event(log, "ui_login", role=opened.role, remote=request.remote)
+    response = redirect(target)
+    set_session(request, response, opened)
+    return response
+
+
+@routes.post("/logout")
+async def logout(request: web.Request) -> web.StreamResponse:
+    sessions = request.app[SESSIONS]
+    response = redirect(PREFIX + ("" if sessions.open else "login"))
+    set_session(request, response, sessions.new(session(request).role if sessions.open else None))
+    return response

@@ -1,0 +1,86 @@
+"""The dashboard as an aiohttp sub-application mounted under /ui/ by api.app.create_app:
+templates (Jinja2, autoescaped), static files, the gate middleware and the pages.
+
+Pages render whole documents; the same handlers answer htmx requests (HX-Request) with the
+fragment the page names, so every page also works with JavaScript off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from api.auth import ADMIN, Tokens
+from api.ui import fmt
+from api.ui.guard import PREFIX, SESSION_KEY, SESSIONS, gate, session
+from api.ui.session import Session, Sessions
+from supervisor.core.config import Config
+from supervisor.core.dashboard import Dashboard
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
+
+HERE = Path(__file__).resolve().parent
+DASH = web.AppKey("ui_dashboard", Dashboard)
+UI_CONFIG = web.AppKey("ui_config", Config)
+UI_LIMITS = web.AppKey("ui_limits", PlanLimits)
+
+
+def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> web.Application:
+    from api.ui import pages_auth, pages_overview
+
+    app = web.Application(middlewares=[gate(render_error)])
+    app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
+    app[DASH] = Dashboard.over(store)
+    app[UI_CONFIG] = cfg
+    app[UI_LIMITS] = limits or PlanLimits()
+    aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        filters=fmt.FILTERS,
+        default_helpers=False,
+    )
+    app.router.add_static("/static/", HERE / "static", append_version=False)
+    for module in (pages_auth, pages_overview):
+        app.add_routes(module.routes)
+    return app
+
+
+def dash(request: web.Request) -> Dashboard:
+    return request.app[DASH]
+
+
+def is_admin(request: web.Request) -> bool:
+    return session(request).role == ADMIN
+
+
+def render(
+    request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
+) -> web.Response:
+    """A page (or, for htmx, the fragment it names) with what every template uses."""
+    s: Session | None = request.get(SESSION_KEY)  # absent on a request refused before it had one
+    sessions = request.app[SESSIONS]
+    role = s.role if s else None
+    base = {
+        "prefix": PREFIX,
+        "role": role,
+        "admin": role == ADMIN,
+        "open_mode": sessions.open,
+        "csrf": sessions.csrf(s) if s else "",
+        "path": request.path,
+        "htmx": bool(request.headers.get("HX-Request")),
+    }
+    return aiohttp_jinja2.render_template(template, request, {**base, **context}, status=status)
+
+
+def render_error(request: web.Request, status: int, detail: str) -> web.Response:
+    title = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    context = {"status": status, "title": title, "detail": detail}
+    return render(request, "error.html", context, status)
