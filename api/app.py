@@ -22,6 +22,7 @@ from api.auth import ROLE_KEY, Tokens, auth_middleware, check_exposure
 from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
+from api.ui import create_ui
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import create_pool
 from supervisor.core.errors import PunchclockError, SchemaMismatch
@@ -73,6 +74,7 @@ def create_app(
     app.add_routes(routes_jobs.routes)
     app.add_routes(routes_runs.routes)
     app.add_routes(openapi.routes)
+    app.add_subapp("/ui/", create_ui(cfg, store, app[LIMITS]))
     if extra_routes:
         app.add_routes(extra_routes)
     return app
