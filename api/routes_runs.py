@@ -64,9 +64,7 @@ async def list_runs(request: web.Request) -> web.Response:
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if more else None
-    next_cursor = (
-        cursor.encode(cursor.run_key(last["scheduled_at"], last["id"]), fhash) if last else None
-    )
+    next_cursor = cursor.encode(cursor.run_key(last.scheduled_at, last.id), fhash) if last else None
     return web.json_response({"runs": [views.run(r) for r in rows], "next_cursor": next_cursor})
 
 

@@ -8,9 +8,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from supervisor.core import schedule
-from supervisor.core.db import Record
 from supervisor.core.domain import Job, JobSchedule, UnloadableSchedule
 from supervisor.core.model import utc_iso
+from supervisor.core.records import Attempt, Run, Worker
 
 
 def iso(value: datetime | None) -> str | None:
@@ -74,66 +74,66 @@ def job_detail(j: Job, after: datetime, warnings: list[str]) -> dict[str, Any]:
     return {**job(j), "next": next_instants(j.spec.schedule, after), "warnings": warnings}
 
 
-def run(row: Record) -> dict[str, Any]:
+def run(r: Run) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "job_id": row["job_id"],
-        "job_name": row["job_name"],
-        "scheduled_at": iso(row["scheduled_at"]),
-        "scheduled_at_local": local(row["scheduled_at"], row["timezone"]),
-        "status": str(row["status"]),
-        "trigger": str(row["trigger"]),
-        "attempts": row["attempts"],
-        "max_attempts": row["max_attempts"],
-        "run_after": iso(row["run_after"]),
-        "worker_id": row["lease_owner"],
-        "lease_expires_at": iso(row["lease_expires_at"]),
-        "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]),
-        "duration_seconds": seconds_between(row["started_at"], row["finished_at"]),
-        "error": row["last_error"],
-        "skip_reason": row["skip_reason"],
-        "idempotency_key": row["idempotency_key"],
-        "created_at": iso(row["created_at"]),
+        "id": r.id,
+        "job_id": r.job_id,
+        "job_name": r.job_name,
+        "scheduled_at": iso(r.scheduled_at),
+        "scheduled_at_local": local(r.scheduled_at, r.timezone),
+        "status": str(r.status),
+        "trigger": str(r.trigger),
+        "attempts": r.attempts,
+        "max_attempts": r.max_attempts,
+        "run_after": iso(r.run_after),
+        "worker_id": r.lease_owner,
+        "lease_expires_at": iso(r.lease_expires_at),
+        "started_at": iso(r.started_at),
+        "finished_at": iso(r.finished_at),
+        "duration_seconds": seconds_between(r.started_at, r.finished_at),
+        "error": r.last_error,
+        "skip_reason": None if r.skip_reason is None else str(r.skip_reason),
+        "idempotency_key": r.idempotency_key,
+        "created_at": iso(r.created_at),
     }
 
 
-def attempt(row: Record) -> dict[str, Any]:
+def attempt(a: Attempt) -> dict[str, Any]:
     return {
-        "attempt": row["attempt"],
-        "worker_id": row["worker_id"],
-        "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]),
-        "duration_seconds": seconds_between(row["started_at"], row["finished_at"]),
-        "outcome": str(row["outcome"]),
-        "exit_code": row["exit_code"],
-        "signal": row["signal"],
-        "error": row["error"],
-        "stdout_tail": row["stdout_tail"],
-        "stderr_tail": row["stderr_tail"],
-        "stdout_replaced": row["stdout_replaced"],
-        "stderr_replaced": row["stderr_replaced"],
-        "cpu_seconds": row["cpu_seconds"],
-        "peak_rss_bytes": row["peak_rss_bytes"],
+        "attempt": a.attempt,
+        "worker_id": a.worker_id,
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
+        "duration_seconds": seconds_between(a.started_at, a.finished_at),
+        "outcome": str(a.outcome),
+        "exit_code": a.exit_code,
+        "signal": a.signal,
+        "error": a.error,
+        "stdout_tail": a.stdout_tail,
+        "stderr_tail": a.stderr_tail,
+        "stdout_replaced": a.stdout_replaced,
+        "stderr_replaced": a.stderr_replaced,
+        "cpu_seconds": a.cpu_seconds,
+        "peak_rss_bytes": a.peak_rss_bytes,
     }
 
 
-def run_detail(row: Record, attempts: list[Record]) -> dict[str, Any]:
-    return {**run(row), "payload": row["payload"], "history": [attempt(a) for a in attempts]}
+def run_detail(r: Run, attempts: list[Attempt]) -> dict[str, Any]:
+    return {**run(r), "payload": r.payload, "history": [attempt(a) for a in attempts]}
 
 
-def worker(row: Record) -> dict[str, Any]:
+def worker(w: Worker) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "host": row["host"],
-        "pid": row["pid"],
-        "types": list(row["types"]),
-        "concurrency": row["concurrency"],
-        "running": row["running"],
-        "version": row["version"],
-        "lease_ttl_seconds": row["lease_ttl"],
-        "started_at": iso(row["started_at"]),
-        "last_heartbeat_at": iso(row["last_seen_at"]),
-        "stopped_at": iso(row["stopped_at"]),
-        "live": row["live"],
+        "id": w.id,
+        "host": w.host,
+        "pid": w.pid,
+        "types": list(w.types),
+        "concurrency": w.concurrency,
+        "running": w.running,
+        "version": w.version,
+        "lease_ttl_seconds": w.lease_ttl,
+        "started_at": iso(w.started_at),
+        "last_heartbeat_at": iso(w.last_seen_at),
+        "stopped_at": iso(w.stopped_at),
+        "live": w.live,
     }

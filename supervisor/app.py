@@ -197,7 +197,7 @@ class Supervisor:
             keep_failed_days=cfg.retention_failed_days,
         )
         loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence, pruner]
-        instrument(m, executor, heartbeater, planner, self.orphans, loops)
+        instrument(m, executor, heartbeater, planner, claimer, self.orphans, loops)
         return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:

@@ -17,11 +17,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import UniqueConflict
 from supervisor.core.log import log_event
+from supervisor.core.records import Skipped
 from supervisor.core.store import Store
 from supervisor.faces import Slots
 from supervisor.loop import Loop, Pass
@@ -32,6 +32,9 @@ class ClaimPass(Pass):
     claimed: int = 0
     skipped: int = 0  # missed or overlapping runs recorded as skipped before claiming
     recovered: bool = False  # runs of a claim whose reply was lost were given back
+    # Claimed runs that could not be started here (an error in start()): their leases
+    # lapse and the reaper retries them elsewhere, spending an attempt, so a poison run ends.
+    unstarted: int = 0
 
 
 class Claimer(Loop):
@@ -47,7 +50,7 @@ class Claimer(Loop):
         lease_ttl: float,
         misfire_grace: float,
         poll_interval: float,
-        on_skipped: Callable[[list[Any]], None] | None = None,
+        on_skipped: Callable[[list[Skipped]], None] | None = None,
         on_claim_latency: Callable[[float], None] | None = None,
         refill_batch: int = 1,
         refill_wait: float = 0.0,
@@ -67,6 +70,7 @@ class Claimer(Loop):
         self.refill_batch = max(1, refill_batch)
         self.refill_wait = refill_wait
         self._backlog = False  # the last claim filled every free slot: more may be due
+        self.unstarted = 0  # claimed runs start() refused since start-up (a metric)
         self._refill_by: float | None = None
 
     async def run_once(self) -> ClaimPass:
@@ -104,26 +108,39 @@ class Claimer(Loop):
             self.on_claim_latency(time.monotonic() - sent_at)
         if skipped:
             for r in skipped:
-                log_event(
-                    self.log, "run_skipped", run_id=r["id"], job_id=r["job_id"], reason=r["reason"]
-                )
+                log_event(self.log, "run_skipped", run_id=r.id, job_id=r.job_id, reason=r.reason)
             if self.on_skipped:
                 self.on_skipped(skipped)
+        unstarted = 0
         for row in rows:
-            delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
+            delay = (row.started_at - row.scheduled_at).total_seconds()
             log_event(  # debug: run_started follows at once with the same fields
                 self.log,
                 "run_claimed",
                 level=logging.DEBUG,
-                run_id=row["id"],
-                job_name=row["job_name"],
-                attempt=row["attempts"],
+                run_id=row.id,
+                job_name=row.job_name,
+                attempt=row.attempts,
                 worker_id=self.owner,
-                scheduled_at=row["scheduled_at"].isoformat(),
+                scheduled_at=row.scheduled_at.isoformat(),
                 queue_delay=round(delay, 3),
             )
-            self.slots.start(row, sent_at)
-        done = ClaimPass(claimed=len(rows), skipped=len(skipped), recovered=recovered)
+            try:
+                self.slots.start(row, sent_at)
+            except Exception as exc:  # one run that cannot start never stops the others
+                unstarted += 1
+                self.unstarted += 1
+                log_event(
+                    self.log,
+                    "run_start_failed",
+                    level=logging.ERROR,
+                    run_id=row.id,
+                    job_name=row.job_name,
+                    error=repr(exc),
+                )
+        done = ClaimPass(
+            claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted
+        )
         if recovered:
             log_event(self.log, "claim_recovered", held=len(held or ()))
             return replace(done, next_in=0.0)  # runs given back just now are due: claim again

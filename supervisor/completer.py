@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 
-from supervisor.core.db import DB_ERRORS, Record
+from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
 from supervisor.core.store import Completion, Store
@@ -63,7 +63,7 @@ class Completer:
                 continue
             batch = self._pending[:BATCH]
             try:
-                rows = await self._record([c for c, _, _ in batch])
+                recorded = await self._record([c for c, _, _ in batch])
             except DB_ERRORS as exc:
                 log_event(
                     log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
@@ -79,7 +79,6 @@ class Completer:
                 continue
             backoff = 0.05
             del self._pending[: len(batch)]
-            recorded = {r["id"] for r in rows}
             # Wake other hosts when a retry is scheduled or an exclusive job is free again.
             if any(c.status == RunStatus.FAILED or excl for c, excl, _ in batch):
                 await self._notify_quietly()
@@ -87,7 +86,7 @@ class Completer:
                 if not fut.done():
                     fut.set_result(completion.run_id in recorded)
 
-    async def _record(self, batch: list[Completion]) -> list[Record]:
+    async def _record(self, batch: list[Completion]) -> set[int]:
         """Record a batch; a value the database refuses fails only the result that holds it.
 
         Connection errors propagate (the batch is retried whole: completions are
@@ -103,17 +102,17 @@ class Completer:
             if len(batch) == 1:
                 return await self._record_reduced(batch[0], exc)
             log_event(log, "completion_batch_refused", level=logging.WARNING, error=repr(exc))
-        rows: list[Record] = []
+        recorded: set[int] = set()
         for completion in batch:
             try:
-                rows += await self.store.complete_runs([completion], self.owner)
+                recorded |= await self.store.complete_runs([completion], self.owner)
             except DB_ERRORS:
                 raise
             except Exception as exc:
-                rows += await self._record_reduced(completion, exc)
-        return rows
+                recorded |= await self._record_reduced(completion, exc)
+        return recorded
 
-    async def _record_reduced(self, completion: Completion, exc: Exception) -> list[Record]:
+    async def _record_reduced(self, completion: Completion, exc: Exception) -> set[int]:
         self.refused += 1
         fields = {"run_id": completion.run_id, "outcome": completion.outcome}
         log_event(log, "completion_refused", level=logging.ERROR, error=repr(exc), **fields)
@@ -126,7 +125,7 @@ class Completer:
             log_event(
                 log, "completion_unstorable", level=logging.ERROR, error=repr(again), **fields
             )
-            return []
+            return set()
 
     async def _notify_quietly(self) -> None:
         with contextlib.suppress(*DB_ERRORS):

@@ -23,15 +23,17 @@ from datetime import timedelta
 from typing import Any
 
 from supervisor import lease
+from supervisor.child import ChildResult, ChildSpec
 from supervisor.completer import Completer
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
-from supervisor.core.model import RunStatus, utc_iso
+from supervisor.core.model import Outcome, RunStatus, utc_iso
+from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
 from supervisor.faces import AttemptEnded
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
-from supervisor.runner import Child, ChildResult, ChildSpec
+from supervisor.runner import Child
 from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
 DEFAULT_TIMEOUT = 3600.0
@@ -182,15 +184,15 @@ class Executor:
 
     # ------------------------------------------------------------ running
 
-    def start(self, row: Any, claimed_at: float) -> None:
+    def start(self, row: Claim, claimed_at: float) -> None:
         entry = InFlight(
-            run_id=row["id"],
-            lease_token=row["lease_token"],
-            attempt=row["attempts"],
-            job_name=row["job_name"],
-            type=row["type"],
+            run_id=row.id,
+            lease_token=row.lease_token,
+            attempt=row.attempts,
+            job_name=row.job_name,
+            type=row.type,
             valid_until=claimed_at + self.lease_ttl,
-            exclusive=row["exclusive"],
+            exclusive=row.exclusive,
         )
         old = self.inflight.get(entry.run_id)
         self.inflight[entry.run_id] = entry
@@ -214,7 +216,7 @@ class Executor:
         if old.child is not None:
             await old.child.kill("superseded: the run was claimed again", 0)
 
-    async def _execute(self, entry: InFlight, row: Any, old: InFlight | None = None) -> None:
+    async def _execute(self, entry: InFlight, row: Claim, old: InFlight | None = None) -> None:
         try:
             if old is not None:
                 await self._supersede(old)
@@ -240,27 +242,27 @@ class Executor:
                 del self.inflight[entry.run_id]
             self._free_slot(entry)
 
-    async def _run_child(self, entry: InFlight, row: Any) -> ChildResult:
-        handler = self.registry.handlers.get(row["type"])
+    async def _run_child(self, entry: InFlight, row: Claim) -> ChildResult:
+        handler = self.registry.handlers.get(row.type)
         if handler is None:  # unregistered since the claim: fail the attempt, keep going
-            return not_run(f"no handler registered for type {row['type']!r} on this host")
-        timeout = row["timeout_seconds"] or handler.timeout_seconds or DEFAULT_TIMEOUT
-        deadline = row["db_now"] + timedelta(seconds=timeout)
+            return not_run(f"no handler registered for type {row.type!r} on this host")
+        timeout = row.timeout_seconds or handler.timeout_seconds or DEFAULT_TIMEOUT
+        deadline = row.db_now + timedelta(seconds=timeout)
         env = {
             **self._base_env,
             **handler.env,
-            "PUNCHCLOCK_RUN_ID": str(row["id"]),
-            "PUNCHCLOCK_JOB_NAME": row["job_name"],
-            "PUNCHCLOCK_JOB_TYPE": row["type"],
-            "PUNCHCLOCK_ATTEMPT": str(row["attempts"]),
-            "PUNCHCLOCK_SCHEDULED_AT": utc_iso(row["scheduled_at"]),
-            "PUNCHCLOCK_LEASE_TOKEN": str(row["lease_token"]),
+            "PUNCHCLOCK_RUN_ID": str(row.id),
+            "PUNCHCLOCK_JOB_NAME": row.job_name,
+            "PUNCHCLOCK_JOB_TYPE": row.type,
+            "PUNCHCLOCK_ATTEMPT": str(row.attempts),
+            "PUNCHCLOCK_SCHEDULED_AT": utc_iso(row.scheduled_at),
+            "PUNCHCLOCK_LEASE_TOKEN": str(row.lease_token),
             "PUNCHCLOCK_DEADLINE": utc_iso(deadline),
         }
         spec = ChildSpec(
             argv=list(handler.argv),
             env=env,
-            stdin=json.dumps(row["payload"]).encode(),
+            stdin=json.dumps(row.payload).encode(),
             cwd=handler.cwd,
             timeout=timeout,
             kill_grace=self.kill_grace,
@@ -272,12 +274,12 @@ class Executor:
             # could overlap another host's execution of the same run.
             return not_run("not started: the lease was lost or given back first")
         entry.child = await Child.spawn(spec, self.keeper, self.orphans)
-        queue_delay = (row["started_at"] - row["scheduled_at"]).total_seconds()
+        queue_delay = (row.started_at - row.scheduled_at).total_seconds()
         self._event(
             "started",
             entry,
             pid=entry.child.pid,
-            scheduled_at=utc_iso(row["scheduled_at"]),
+            scheduled_at=utc_iso(row.scheduled_at),
             queue_delay=round(queue_delay, 4),
         )
         if self.on_started:
@@ -286,7 +288,7 @@ class Executor:
             await entry.child.kill("lease lost", 0)
         return await entry.child.wait()
 
-    def _completion(self, entry: InFlight, row: Any, result: ChildResult) -> Completion:
+    def _completion(self, entry: InFlight, row: Claim, result: ChildResult) -> Completion:
         kill_by = lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
         return verdict(
             entry.run_id,
@@ -294,24 +296,24 @@ class Executor:
             result,
             lease_gone=entry.lease_gone,
             keeper_killed=result.signal == signal.SIGKILL and time.monotonic() >= kill_by,
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-            retry_base=row["retry_base_seconds"],
-            retry_cap=row["retry_cap_seconds"],
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            retry_base=row.retry_base_seconds,
+            retry_cap=row.retry_cap_seconds,
         )
 
     def _finished(
         self,
         entry: InFlight,
         result: ChildResult,
-        status: str,
-        completion_outcome: str,
+        status: RunStatus,
+        completion_outcome: Outcome,
         recorded: bool | None,
         retry_in: float = 0.0,
     ) -> None:
         duration = round(result.duration, 3)
         if recorded is None:  # shutdown gave up on an unreachable database; the reaper decides
-            self._event("result_unrecorded", entry, outcome=result.outcome, duration=duration)
+            self._event("result_unrecorded", entry, child_end=result.outcome, duration=duration)
             return
         if self.on_ended:
             outcome = completion_outcome if recorded else "rejected_late"
@@ -331,7 +333,8 @@ class Executor:
             "duration": duration,
             "outcome": completion_outcome,
         }
-        self._event("timed_out" if result.outcome == "timed_out" else "failed", entry, **fields)
+        timed_out = completion_outcome is Outcome.TIMED_OUT
+        self._event("timed_out" if timed_out else "failed", entry, **fields)
         if status == RunStatus.DEAD:
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from supervisor.core.records import Claim
 
 
 class Slots(Protocol):
@@ -18,7 +20,7 @@ class Slots(Protocol):
     @property
     def free_slots(self) -> int: ...
 
-    def start(self, row: Any, claimed_at: float) -> None: ...
+    def start(self, row: Claim, claimed_at: float) -> None: ...
 
     def held(self) -> Collection[int]:
         """Ids of the runs this host holds a lease on (started, running or completing)."""

@@ -3,10 +3,10 @@ values and read from counters they keep (never derived from log event names)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from supervisor.claimer import Claimer
 from supervisor.core.metrics import Metrics
-from supervisor.core.model import RunStatus
+from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.records import Reaped, Skipped
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
@@ -20,6 +20,7 @@ def instrument(
     executor: Executor,
     heartbeater: Heartbeater,
     planner: Planner,
+    claimer: Claimer,
     orphans: Orphans,
     loops: list[Loop],
 ) -> None:
@@ -60,6 +61,11 @@ def instrument(
         "Planning passes that skipped a job this host cannot plan (see /readyz)",
         lambda: [(planner.plan_failures, {})],
     )
+    m.counter(
+        "punchclock_runs_unstarted",
+        "Claimed runs this host could not start (their leases lapse; the reaper retries them)",
+        lambda: [(claimer.unstarted, {})],
+    )
 
 
 def record_attempt(m: Metrics, ended: AttemptEnded) -> None:
@@ -70,15 +76,15 @@ def record_attempt(m: Metrics, ended: AttemptEnded) -> None:
         m.runs_dead.add(1, {"job": ended.job_name, "type": ended.type})
 
 
-def record_skipped(m: Metrics, rows: list[Any]) -> None:
+def record_skipped(m: Metrics, rows: list[Skipped]) -> None:
     for r in rows:
-        m.runs_skipped.add(1, {"reason": r["reason"]})
+        m.runs_skipped.add(1, {"reason": str(r.reason)})
 
 
-def record_reaped(m: Metrics, rows: list[Any]) -> None:
+def record_reaped(m: Metrics, rows: list[Reaped]) -> None:
     for r in rows:
         m.reaped.add(1)
-        attrs = {"job": r["job_name"], "type": r["type"]}
-        m.count_attempt(attrs["job"], attrs["type"], "lease_lost")
-        if r["status"] == RunStatus.DEAD:
+        attrs = {"job": r.job_name, "type": r.type}
+        m.count_attempt(r.job_name, r.type, Outcome.LEASE_LOST)
+        if r.status is RunStatus.DEAD:
             m.runs_dead.add(1, attrs)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
+from supervisor.core.records import Reaped
 from supervisor.core.store import Store
 from supervisor.loop import Loop, Pass
 
@@ -31,7 +31,7 @@ class Reaper(Loop):
         *,
         interval: float,
         batch: int = 200,
-        on_reaped: Callable[[list[Any]], None] | None = None,
+        on_reaped: Callable[[list[Reaped]], None] | None = None,
     ) -> None:
         super().__init__(interval)
         self.store = store
@@ -47,13 +47,13 @@ class Reaper(Loop):
             log_event(
                 self.log,
                 "run_reaped",
-                run_id=r["id"],
-                job_id=r["job_id"],
-                attempt=r["attempts"],
-                lost_by=r["lease_owner"],
-                status=r["status"],
+                run_id=r.id,
+                job_id=r.job_id,
+                attempt=r.attempts,
+                lost_by=r.lease_owner,
+                status=r.status,
             )
         if rows and self.on_reaped:
             self.on_reaped(rows)
-        dead = sum(1 for r in rows if r["status"] == RunStatus.DEAD)
+        dead = sum(1 for r in rows if r.status is RunStatus.DEAD)
         return ReapPass(0.0 if len(rows) == self.batch else None, reaped=len(rows), dead=dead)

@@ -13,10 +13,10 @@ import signal
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from supervisor import tree
+from supervisor.child import ChildEnd, ChildResult, ChildSpec
 from supervisor.keeperd import CHILD_ID_ENV, INSTANCE_ENV
 from supervisor.output import Tail
 from supervisor.spawn import spawn_error_text, start_process
@@ -29,38 +29,6 @@ _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
 _PIPE_LINGER = 0.2  # how long output pipes may stay open once the process group is gone
 _POLL_MAX = 0.1
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    argv: list[str]
-    env: dict[str, str]  # complete environment for the child
-    stdin: bytes = b""
-    cwd: str | None = None
-    timeout: float | None = None  # seconds, monotonic; None = no timeout
-    kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
-    output_limit: int = 65536  # bytes of tail kept per stream
-    # Monotonic instant at which the keeper kills the tree unless set_kill_by() moves it:
-    # the lease's backstop that works while our event loop does not (keeper.py).
-    kill_by: float | None = None
-
-
-@dataclass(frozen=True)
-class ChildResult:
-    outcome: str  # "succeeded" | "failed" | "timed_out" | "killed" | "spawn_failed"
-    exit_code: int | None
-    signal: int | None
-    error: str | None
-    stdout_tail: str
-    stderr_tail: str
-    cpu_seconds: float | None
-    # ru_maxrss*1024. Linux carries the spawner's RSS high-water mark across exec, so a value
-    # not above the supervisor's own peak says nothing about the child: None then.
-    peak_rss_bytes: int | None
-    duration: float
-    # A tail had invalid UTF-8 or NUL bytes, replaced by U+FFFD (storable_text).
-    stdout_replaced: bool = False
-    stderr_replaced: bool = False
 
 
 class Child:
@@ -96,7 +64,7 @@ class Child:
         self._tails: list[Tail] = []
         self._stdin: io.FileIO | None = None
         self._payload = memoryview(spec.stdin)
-        self._stop: tuple[str, str] | None = None  # (outcome, error) of the first kill request
+        self._stop: tuple[ChildEnd, str] | None = None  # (outcome, error) of the first kill request
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._settling = False  # the tree is gone; only the pipes may still be open
@@ -126,7 +94,7 @@ class Child:
         """
         if self.pid is None:
             return
-        self._request_stop("killed", f"killed: {reason}", grace)
+        self._request_stop(ChildEnd.KILLED, f"killed: {reason}", grace)
         if self._killer is not None:
             await asyncio.shield(self._killer)
         await asyncio.shield(self._exited)
@@ -148,9 +116,7 @@ class Child:
             if self.keeper is not None:
                 self.keeper.unregister(0, self.child_id)
             error = spawn_error_text(spec.argv, spec.cwd, exc)
-            self._done.set_result(
-                ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
-            )
+            self._done.set_result(ChildResult.not_started(error))
             return
         self._popen, self.pid = proc.popen, proc.pid
         if self.keeper is not None:
@@ -168,7 +134,7 @@ class Child:
         if spec.timeout is not None:
             error = f"timed out after {spec.timeout:g}s"
             self._timer = self._loop.call_later(
-                spec.timeout, self._request_stop, "timed_out", error, None
+                spec.timeout, self._request_stop, ChildEnd.TIMED_OUT, error, None
             )
         try:
             self._pidfd = os.pidfd_open(self.pid)
@@ -264,7 +230,7 @@ class Child:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def _request_stop(self, outcome: str, error: str, grace: float | None) -> None:
+    def _request_stop(self, outcome: ChildEnd, error: str, grace: float | None) -> None:
         grace = self.spec.kill_grace if grace is None else grace
         deadline = time.monotonic() + max(grace, 0.0)
         if self._stop is None:
@@ -372,13 +338,13 @@ class Child:
         if self._stop is not None:
             outcome, error = self._stop
         elif self._status is None:
-            outcome, error = "failed", "exit status lost: the child was reaped elsewhere"
+            outcome, error = ChildEnd.FAILED, "exit status lost: the child was reaped elsewhere"
         elif sig is not None:
-            outcome, error = "failed", f"killed by signal {sig} ({tree.signal_name(sig)})"
+            outcome, error = ChildEnd.FAILED, f"killed by signal {sig} ({tree.signal_name(sig)})"
         elif code:
-            outcome, error = "failed", f"exited with status {code}"
+            outcome, error = ChildEnd.FAILED, f"exited with status {code}"
         else:
-            outcome, error = "succeeded", None
+            outcome, error = ChildEnd.SUCCEEDED, None
         (out, out_replaced), (err, err_replaced) = (tail.text() for tail in self._tails)
         cpu = rss = None
         if (usage := self._rusage) is not None:

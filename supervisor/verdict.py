@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 
+from supervisor.child import ChildEnd, ChildResult
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion
-from supervisor.runner import ChildResult
 
 EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
 ERROR_STDERR_CHARS = 2000
@@ -26,9 +26,19 @@ def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None
     return (rng or random).uniform(b / 2, b)
 
 
+# How a child's end reads as an attempt outcome, when the lease held throughout.
+ATTEMPT_OUTCOME = {
+    ChildEnd.SUCCEEDED: Outcome.SUCCEEDED,
+    ChildEnd.FAILED: Outcome.FAILED,
+    ChildEnd.TIMED_OUT: Outcome.TIMED_OUT,
+    ChildEnd.KILLED: Outcome.FAILED,
+    ChildEnd.SPAWN_FAILED: Outcome.FAILED,
+}
+
+
 def not_run(error: str) -> ChildResult:
     """The result of a child that was never started (no handler here, lease gone first)."""
-    return ChildResult("spawn_failed", None, None, error, "", "", None, None, 0.0)
+    return ChildResult.not_started(error)
 
 
 def verdict(
@@ -45,13 +55,11 @@ def verdict(
 ) -> Completion:
     """The fenced completion for `result`. `lease_gone`: lost or self-fenced while it ran;
     `keeper_killed`: SIGKILLed after the keeper's kill-by deadline (our loop stood still)."""
-    outcome, error = result.outcome, result.error
+    outcome, error = ATTEMPT_OUTCOME[result.outcome], result.error
     if keeper_killed:
         outcome, error = Outcome.LEASE_LOST, KEEPER_KILLED
     if lease_gone:
         outcome = Outcome.LEASE_LOST
-    elif outcome in ("killed", "spawn_failed"):  # the runner's words for a failed attempt
-        outcome = Outcome.FAILED
     if error and result.stderr_tail:
         error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
     retry_in = 0.0

@@ -1,7 +1,7 @@
 """Enums mirroring the database's enum types (a test keeps them equal), and the rule for
 job and handler type names. No I/O.
 
-Jobs leave the store as domain.Job, other rows still as asyncpg Records; these enums name the
+Rows leave the store as domain.Job and records.py values; these enums name the
 values that code branches on.
 """
 
@@ -69,3 +69,10 @@ class Overlap(StrEnum):
 class Trigger(StrEnum):
     SCHEDULE = "schedule"
     MANUAL = "manual"
+
+
+class SkipReason(StrEnum):
+    """Why a planned instant was recorded skipped instead of run (runs.skip_reason)."""
+
+    MISSED = "missed"  # past the catch-up window or policy when it came due
+    OVERLAP = "overlap"  # overlap=skip and the job's previous run was still running

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from supervisor.core.domain import Job
-from supervisor.core.model import Overlap, RunStatus
+from supervisor.core.model import Overlap, RunStatus, SkipReason
 from supervisor.core.store import PlannedRow, Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
-MISSED = "missed"
 # Planning a job takes ~0.1 ms of CPU; a batch of 500 would hold the event loop for 50 ms+
 # and delay claims and spawns by as much (bench/: start lateness while 10,000 jobs are
 # planned). Yielding every few jobs keeps the loop responsive.
@@ -70,7 +69,7 @@ def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
             exclusive,
             spec.max_attempts,
             RunStatus.SKIPPED if missed else RunStatus.SCHEDULED,
-            MISSED if missed else None,
+            SkipReason.MISSED if missed else None,
         )
 
     at = spec.run_at

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.core.db import Record
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
 from supervisor.core.history import OpenRange, RunKey, TimeRange
 from supervisor.core.model import MAX_ID, RunStatus
+from supervisor.core.records import Attempt, Run
 from supervisor.core.store import Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
@@ -81,49 +81,33 @@ async def _job_ids(store: Store, f: RunFilters) -> list[int] | None:
     return ids
 
 
-async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int) -> list[Record]:
+async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int) -> list[Run]:
     """At most `limit` runs in the filters' mode after the cursor `key` (None: first page):
     history newest first with (scheduled_at, id) < key, or upcoming soonest first with
     (scheduled_at, id) > key."""
     if f.upcoming:
-        return await _list_upcoming(store, f, key or FIRST_UPCOMING, limit)
-    before = key or FIRST_PAGE
-    if f.scheduled_before is not None:
-        # The same rows (ids are positive), but the index scan starts at the range's end:
-        # from the first page's (infinity, max) key it would step over every newer run.
-        before = min(before, (f.scheduled_before, 0))
+        key = key or FIRST_UPCOMING
+        if f.scheduled_after is not None:
+            key = max(key, (f.scheduled_after, 0))  # start the scan at the range's start
+    else:
+        key = key or FIRST_PAGE
+        if f.scheduled_before is not None:
+            # The same rows (ids are positive), but the index scan starts at the range's
+            # end: from the first page's (infinity, max) key it would step over every newer run.
+            key = min(key, (f.scheduled_before, 0))
     job_ids = await _job_ids(store, f)
     statuses = sorted(set(f.statuses))
+    window = (key, f.scheduled, f.finished, limit, f.upcoming)
     if job_ids is not None:
         if not job_ids:
             return []
-        return await store.list_runs_by_job(
-            job_ids, statuses or None, before, f.scheduled, f.finished, limit
-        )
+        return await store.list_runs_by_job(job_ids, statuses or None, *window)
     if statuses:
-        return await store.list_runs_by_status(statuses, before, f.scheduled, f.finished, limit)
-    return await store.list_runs_page(before, f.scheduled, f.finished, limit)
+        return await store.list_runs_by_status(statuses, *window)
+    return await store.list_runs_page(*window)
 
 
-async def _list_upcoming(store: Store, f: RunFilters, after: RunKey, limit: int) -> list[Record]:
-    if f.scheduled_after is not None:
-        after = max(after, (f.scheduled_after, 0))  # start the scan at the range's start
-    job_ids = await _job_ids(store, f)
-    statuses = sorted(set(f.statuses))
-    if job_ids is not None:
-        if not job_ids:
-            return []
-        return await store.list_runs_upcoming_by_job(
-            job_ids, statuses or None, after, f.scheduled, f.finished, limit
-        )
-    if statuses:
-        return await store.list_runs_upcoming_by_status(
-            statuses, after, f.scheduled, f.finished, limit
-        )
-    return await store.list_runs_upcoming_page(after, f.scheduled, f.finished, limit)
-
-
-async def run_detail(store: Store, run_id: int) -> tuple[Record, list[Record]]:
+async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:
     """The run with its job's name and zone, and every attempt in order."""
     row = await store.get_run_detail(run_id)
     if row is None:
@@ -140,9 +124,9 @@ async def requeue_run(store: Store, run_id: int) -> None:
         row = await tx.get_run_detail(run_id)
         if row is None:
             raise NotFound(f"run {run_id} not found")
-        if row["status"] in REQUEUEABLE:
+        if row.status in REQUEUEABLE:
             raise Conflict(f"run {run_id}: its job was deleted; it cannot run again")
-        raise Conflict(f"run {run_id} is {row['status']}; only dead or failed runs can be requeued")
+        raise Conflict(f"run {run_id} is {row.status}; only dead or failed runs can be requeued")
 
 
 async def requeue_runs(store: Store, f: RunFilters) -> int:
@@ -165,10 +149,9 @@ async def cancel_run(store: Store, run_id: int) -> None:
     """A waiting run becomes cancelled; a running one has its lease revoked (its supervisor
     kills the child at its next renewal) and ends cancelled. Other states: Conflict."""
     async with store.transaction() as tx:
-        locked = await tx.lock_run(run_id)
-        if locked is None:
+        status = await tx.lock_run(run_id)
+        if status is None:
             raise NotFound(f"run {run_id} not found")
-        status = locked["status"]
         if status == RunStatus.RUNNING:
             await tx.revoke_running_run(run_id, CANCEL_REASON)
         elif status in (RunStatus.SCHEDULED, RunStatus.FAILED):

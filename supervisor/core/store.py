@@ -2,7 +2,8 @@
 
 A Store wraps a pool or one connection; `transaction()` yields a Store bound to a connection
 inside a transaction. Jobs come back as domain.Job (built by Job.from_row here, the
-boundary), other rows as plain records. Migrations live in migrator.py.
+boundary), runs, attempts and workers as records.py values, built here too. Migrations
+live in migrator.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, cast
 from supervisor.core.db import Record
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.history import History, OpenRange, TimeRange
+from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.records import Claim, Reaped, Skipped
 
 
 class Store(History):
@@ -102,8 +105,9 @@ class Store(History):
     async def count_jobs_behind(self) -> int:
         return cast(int, await self._fetchval("count_jobs_behind"))
 
-    async def skip_missed_runs(self, misfire_grace: float, limit: int) -> list[Record]:
-        return await self._fetch("skip_missed_runs", misfire_grace, limit)
+    async def skip_missed_runs(self, misfire_grace: float, limit: int) -> list[Skipped]:
+        rows = await self._fetch("skip_missed_runs", misfire_grace, limit)
+        return [Skipped.from_row(r) for r in rows]
 
     # ------------------------------------------------------------ claiming and leases
 
@@ -114,11 +118,12 @@ class Store(History):
         owner: str,
         lease_ttl: float,
         held: Sequence[int] | None = None,
-    ) -> list[Record]:
+    ) -> list[Claim]:
         """Claim due runs. `held` (the runs this host is running) is given only after a
         claim whose outcome is unknown: runs leased to `owner` but not held go back."""
         held_ids = None if held is None else list(held)
-        return await self._fetch("claim_runs", list(types), limit, owner, lease_ttl, held_ids)
+        rows = await self._fetch("claim_runs", list(types), limit, owner, lease_ttl, held_ids)
+        return [Claim.from_row(r) for r in rows]
 
     async def next_due_in(self, types: Sequence[str]) -> float | None:
         return cast(float | None, await self._fetchval("next_due_in", list(types)))
@@ -132,18 +137,18 @@ class Store(History):
         rows = await self._fetch("renew_leases", list(ids), list(tokens), lease_ttl, owner)
         return {r["id"] for r in rows}
 
-    async def complete_runs(self, results: Sequence[Completion], owner: str) -> list[Record]:
-        """Record results; returns the rows recorded. A missing id is a late result.
+    async def complete_runs(self, results: Sequence[Completion], owner: str) -> set[int]:
+        """Record results; returns the ids recorded. A missing id is a late result.
 
         Every multi-row write of runs (renew, complete, release) sends its rows sorted by id,
         so that whatever join order a plan picks, concurrent ones lock in one order (the
         failover test once saw a heartbeat deadlock; a deadlock is retried, db.DB_ERRORS).
         """
         if not results:
-            return []
+            return set()
         ordered = sorted(results, key=_RUN_ID)
         cols = [list(c) for c in zip(*map(_COMPLETION_COLUMNS, ordered), strict=True)]
-        return await self._fetch("complete_runs", *cols, owner)
+        return {r["id"] for r in await self._fetch("complete_runs", *cols, owner)}
 
     async def release_runs(self, leases: Sequence[tuple[int, int]], owner: str) -> set[int]:
         if not leases:
@@ -152,8 +157,8 @@ class Store(History):
         rows = await self._fetch("release_runs", list(ids), list(tokens), owner)
         return {r["id"] for r in rows}
 
-    async def reap_expired(self, limit: int) -> list[Record]:
-        return await self._fetch("reap_expired", limit)
+    async def reap_expired(self, limit: int) -> list[Reaped]:
+        return [Reaped.from_row(r) for r in await self._fetch("reap_expired", limit)]
 
     # ------------------------------------------------------------ retention
 
@@ -230,8 +235,10 @@ class Store(History):
         status = await self._execute("requeue_runs", list(statuses), ids, *scheduled, *finished)
         return _rowcount(status)
 
-    async def lock_run(self, run_id: int) -> Record | None:
-        return await self._fetchrow("lock_run", run_id)
+    async def lock_run(self, run_id: int) -> RunStatus | None:
+        """Lock one run for a state change; its status, None if there is no such run."""
+        row = await self._fetchrow("lock_run", run_id)
+        return None if row is None else RunStatus(row["status"])
 
     async def cancel_waiting_run(self, run_id: int, reason: str) -> int | None:
         return cast(int | None, await self._fetchval("cancel_waiting_run", run_id, reason))
@@ -250,9 +257,9 @@ class Completion:
 
     run_id: int
     lease_token: int
-    status: str  # what the run becomes: succeeded | failed (retry in retry_in s) | dead
+    status: RunStatus  # what the run becomes: succeeded | failed (retry in retry_in s) | dead
     retry_in: float
-    outcome: str  # how the attempt ended (attempt_outcome)
+    outcome: Outcome  # how the attempt ended
     error: str | None = None
     exit_code: int | None = None
     signal: int | None = None

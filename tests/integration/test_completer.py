@@ -7,22 +7,25 @@ from __future__ import annotations
 import asyncio
 
 from supervisor.completer import Completer
+from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion, Store
 
 from ..factory import all_attempts, due_run, run_ids, statuses
 from .test_lost_replies import TTL
 
+SUCCEEDED = RunStatus.SUCCEEDED
+
 
 async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
     ids = [await due_run(store, f"r{i}") for i in range(3)]
-    claimed = {r["id"]: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
+    claimed = {r.id: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
     assert sorted(claimed) == sorted(ids)
     good, bad, also_good = (
-        Completion(i, claimed[i]["lease_token"], "succeeded", 0.0, "succeeded", stdout_tail="ok")
+        Completion(i, claimed[i].lease_token, SUCCEEDED, 0.0, Outcome.SUCCEEDED, stdout_tail="ok")
         for i in ids
     )
     # PostgreSQL text cannot hold NUL: as if the runner had not cleaned the tail.
-    bad = Completion(bad.run_id, bad.lease_token, "succeeded", 0.0, "succeeded", None, 0,
+    bad = Completion(bad.run_id, bad.lease_token, SUCCEEDED, 0.0, Outcome.SUCCEEDED, None, 0,
                      stdout_tail="a\x00b", stderr_tail="warn")  # fmt: skip
     completer = Completer(store, owner="w1", lease_ttl=TTL)
     stop = asyncio.Event()

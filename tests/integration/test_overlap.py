@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
 
 from supervisor.core.db import create_pool
 from supervisor.core.errors import UniqueConflict
+from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
 
 from ..factory import count, run_ids, runs, sql, sql_rows, statuses
@@ -29,7 +30,7 @@ async def _job_with_due_runs(store: Store, overlap: str, n: int) -> int:
     return int(row.id)
 
 
-async def _claim(store: Store, owner: str = "w1", limit: int = 10) -> list[asyncpg.Record]:
+async def _claim(store: Store, owner: str = "w1", limit: int = 10) -> list[Claim]:
     async with store.transaction() as tx:
         await tx.skip_missed_runs(60.0, 1000)
         return await tx.claim_runs(["echo"], limit, owner, 30.0)
@@ -49,7 +50,7 @@ async def test_skip_records_overlapping_runs_as_skipped(store: Store) -> None:
     job_id = await _job_with_due_runs(store, "skip", 3)
     first = await _claim(store)
     assert len(first) == 1, "one run of an exclusive job at a time"
-    assert first[0]["scheduled_at"] == min(
+    assert first[0].scheduled_at == min(
         r["scheduled_at"] for r in (await runs(store, await run_ids(store))).values()
     )
     assert await _claim(store) == []
@@ -67,10 +68,14 @@ async def test_wait_keeps_runs_until_the_running_one_ends(store: Store) -> None:
     assert await _claim(store) == []
     assert await _statuses(store, job_id) == {"running": 1, "scheduled": 2}
     done = await store.complete_runs(
-        [Completion(first[0]["id"], first[0]["lease_token"], "succeeded", 0.0, "succeeded")],
+        [
+            Completion(
+                first[0].id, first[0].lease_token, RunStatus.SUCCEEDED, 0.0, Outcome.SUCCEEDED
+            )
+        ],
         "w1",
     )
-    assert [r["id"] for r in done] == [first[0]["id"]]
+    assert done == {first[0].id}
     second = await _claim(store)
     assert len(second) == 1
     assert await _statuses(store, job_id) == {"succeeded": 1, "running": 1, "scheduled": 1}

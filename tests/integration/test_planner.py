@@ -6,11 +6,10 @@ import asyncio
 import random
 from datetime import datetime, timedelta
 
-import asyncpg
-
 from supervisor.core import jobs
 from supervisor.core.db import create_pool
 from supervisor.core.planning import PlanLimits
+from supervisor.core.records import Claim
 from supervisor.core.store import Store
 from supervisor.planner import Planner
 
@@ -179,7 +178,7 @@ async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> 
     return int(row.id)
 
 
-async def _claim_all(store: Store) -> list[asyncpg.Record]:
+async def _claim_all(store: Store) -> list[Claim]:
     async with store.transaction() as tx:
         await tx.skip_missed_runs(60.0, 1000)
         return await tx.claim_runs(["echo"], 1000, "w1", 30.0)
@@ -203,7 +202,7 @@ async def test_catchup_latest_runs_the_most_recent_missed_time_once(store: Store
         "select max(scheduled_at) from runs where job_id=$1 and scheduled_at <= now()",
         job_id,
     )
-    assert claimed[0]["scheduled_at"] == newest
+    assert claimed[0].scheduled_at == newest
     statuses = await _due_statuses(store, job_id)
     assert statuses == {"running": 1, "skipped": 17}
     reasons = await sql_rows(  # why the others were skipped
@@ -215,7 +214,7 @@ async def test_catchup_latest_runs_the_most_recent_missed_time_once(store: Store
 async def test_catchup_all_runs_every_missed_time_within_the_window(store: Store) -> None:
     job_id = await _downtime(store, "all", "all")
     claimed = await _claim_all(store)
-    times = [r["scheduled_at"] for r in claimed]
+    times = [r.scheduled_at for r in claimed]
     assert times == sorted(times), "oldest first"
     statuses = await _due_statuses(store, job_id)
     # Three hours of 10-minute runs: those older than the 1 h window are skipped, the rest run.
@@ -260,7 +259,7 @@ async def test_manual_runs_are_never_skipped_as_missed(store: Store) -> None:
     two_hours_ago = await store.now() - timedelta(hours=2)
     await set_run(store, run_id, scheduled_at=two_hours_ago, run_after=two_hours_ago)
     claimed = await _claim_all(store)
-    assert created and [(r["id"], r["trigger"]) for r in claimed] == [(run_id, "manual")]
+    assert created and [(r.id, r.trigger) for r in claimed] == [(run_id, "manual")]
 
 
 async def test_a_job_this_host_cannot_plan_is_skipped_not_fatal(store: Store) -> None:

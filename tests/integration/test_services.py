@@ -10,11 +10,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Collection
-from typing import Any
 
 import psutil
 
 from supervisor.claimer import Claimer, ClaimPass
+from supervisor.core.records import Claim
 from supervisor.core.store import Store
 from supervisor.executor import Executor, Phase
 from supervisor.faces import AttemptEnded
@@ -40,17 +40,17 @@ class RecordingSlots:
 
     def __init__(self, free: int) -> None:
         self.free = free
-        self.started: list[Any] = []
+        self.started: list[Claim] = []
 
     @property
     def free_slots(self) -> int:
         return self.free - len(self.started)
 
-    def start(self, row: Any, claimed_at: float) -> None:
+    def start(self, row: Claim, claimed_at: float) -> None:
         self.started.append(row)
 
     def held(self) -> Collection[int]:
-        return [r["id"] for r in self.started]
+        return [r.id for r in self.started]
 
 
 def _claimer(store: Store, slots: RecordingSlots) -> Claimer:
@@ -72,13 +72,13 @@ async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
     # Every slot filled: it waits for a finishing run to wake it (or the fallback poll).
     first = await claimer.run_once()
     assert (first.next_in, first.claimed) == (claimer.interval, 2)
-    assert len(slots.started) == 2 and {r["id"] for r in slots.started} < set(ids)
-    assert all(r["attempts"] == 1 and r["lease_token"] >= 1 for r in slots.started)
+    assert len(slots.started) == 2 and {r.id for r in slots.started} < set(ids)
+    assert all(r.attempts == 1 and r.lease_token >= 1 for r in slots.started)
     assert await claimer.run_once() == ClaimPass(claimer.interval)  # no slot: nothing claimed
     assert len(slots.started) == 2
     slots.free = 3
     await claimer.run_once()
-    assert sorted(r["id"] for r in slots.started) == sorted(ids)
+    assert sorted(r.id for r in slots.started) == sorted(ids)
 
 
 async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold(
@@ -88,15 +88,42 @@ async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold
     slots = RecordingSlots(free=2)
     claimer = _claimer(store, slots)
     await claimer.run_once()
-    slots.started = [r for r in slots.started if r["id"] == held]  # `lost`'s reply never came
+    slots.started = [r for r in slots.started if r.id == held]  # `lost`'s reply never came
     claimer.uncertain = True
     assert await claimer.run_once() == ClaimPass(0.0, recovered=True)  # claim again at once
     assert (await claimer.run_once()).claimed == 1
     # Given back unstarted, then claimed again under a new lease.
-    [again] = [r for r in slots.started if r["id"] == lost]
-    assert again["attempts"] == 2
+    [again] = [r for r in slots.started if r.id == lost]
+    assert again.attempts == 2
     assert await outcome(store, lost, 1) == "interrupted"
     assert not claimer.uncertain
+
+
+class PoisonSlots(RecordingSlots):
+    """An executor that cannot start one particular run."""
+
+    def __init__(self, free: int, poison: int) -> None:
+        super().__init__(free)
+        self.poison = poison
+
+    def start(self, row: Claim, claimed_at: float) -> None:
+        if row.id == self.poison:
+            raise RuntimeError("cannot start this one")
+        super().start(row, claimed_at)
+
+
+async def test_claimer_a_run_that_cannot_start_does_not_stop_the_others(store: Store) -> None:
+    ids = [await due_run(store, f"j{i}") for i in range(3)]
+    slots = PoisonSlots(free=3, poison=ids[1])
+    claimer = _claimer(store, slots)
+    done = await claimer.run_once()  # does not raise
+    assert (done.claimed, done.unstarted, claimer.unstarted) == (3, 1, 1)
+    assert sorted(r.id for r in slots.started) == [ids[0], ids[2]]
+    # Its lease lapses and the reaper takes it back, spending the attempt: a run that never
+    # starts anywhere ends dead instead of circling.
+    await age_lease(store, ids[1], -1)
+    [reaped] = await store.reap_expired(10)
+    assert (reaped.id, reaped.status, reaped.attempts) == (ids[1], "scheduled", 1)
 
 
 class RecordingLeases:
@@ -116,12 +143,12 @@ class RecordingLeases:
 
 async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Store) -> None:
     kept, taken = await due_run(store, "kept"), await due_run(store, "taken")
-    rows = {r["id"]: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
+    rows = {r.id: r for r in await store.claim_runs(["echo"], 10, "w1", TTL)}
     for run_id in (kept, taken):
         await age_lease(store, run_id, 1)
     # Someone else's now (cancelled and re-claimed, say): the token no longer matches.
-    await set_run(store, taken, lease_token=rows[taken]["lease_token"] + 1)
-    holder = RecordingLeases([(i, rows[i]["lease_token"]) for i in (kept, taken)])
+    await set_run(store, taken, lease_token=rows[taken].lease_token + 1)
+    holder = RecordingLeases([(i, rows[i].lease_token) for i in (kept, taken)])
     renewed: list[int] = []
     hb = Heartbeater(store, owner="w1", lease_ttl=TTL, holder=holder, on_renewed=renewed.append)
     assert await hb.run_once() == RenewPass(renewed=1, missing=1)
@@ -213,7 +240,7 @@ async def test_executor_ends_an_execution_whose_claim_the_database_lost(store: S
             lease_token=old.lease_token - 1,
         )
         [again] = await store.claim_runs(["echo"], 1, "w1", TTL)
-        assert again["lease_token"] == old.lease_token  # the same token, issued twice
+        assert again.lease_token == old.lease_token  # the same token, issued twice
         executor.start(again, time.monotonic())
         new = executor.inflight[run_id]
         await wait_for(lambda: new.child is not None and new.child.pid, 10, "the second child")

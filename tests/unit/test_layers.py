@@ -27,7 +27,7 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "executor", "faces", "keeper", "keeperd", "lease", "loop", "orphans", "output",
+    "child", "executor", "faces", "keeper", "keeperd", "lease", "loop", "orphans", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "cli", "instruments"}

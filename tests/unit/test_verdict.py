@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from supervisor.runner import ChildResult
+from supervisor.child import ChildResult
 from supervisor.verdict import EXIT_PERMANENT, KEEPER_KILLED, retry_delay, verdict
 
 

@@ -1,0 +1,55 @@
+"""What a handler process is asked to do (ChildSpec) and how it ended (ChildResult): the
+runner's values, with no process code, so verdict.py and tests use them without a runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ChildEnd(StrEnum):
+    """How the process ended, in the runner's terms. verdict.py maps these onto the one
+    vocabulary of attempts (model.Outcome) that the database, logs and metrics use."""
+
+    SUCCEEDED = "succeeded"  # exit status 0
+    FAILED = "failed"  # non-zero status or a signal it did not get from us
+    TIMED_OUT = "timed_out"  # we killed it at its timeout
+    KILLED = "killed"  # we killed it on request (lease lost, shutdown, cancel)
+    SPAWN_FAILED = "spawn_failed"  # never started (or, via not_started, never tried)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    argv: list[str]
+    env: dict[str, str]  # complete environment for the child
+    stdin: bytes = b""
+    cwd: str | None = None
+    timeout: float | None = None  # seconds, monotonic; None = no timeout
+    kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
+    output_limit: int = 65536  # bytes of tail kept per stream
+    # Monotonic instant at which the keeper kills the tree unless set_kill_by() moves it:
+    # the lease's backstop that works while our event loop does not (keeper.py).
+    kill_by: float | None = None
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    outcome: ChildEnd
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    stdout_tail: str
+    stderr_tail: str
+    cpu_seconds: float | None
+    # ru_maxrss*1024. Linux carries the spawner's RSS high-water mark across exec, so a value
+    # not above the supervisor's own peak says nothing about the child: None then.
+    peak_rss_bytes: int | None
+    duration: float
+    # A tail had invalid UTF-8 or NUL bytes, replaced by U+FFFD (storable_text).
+    stdout_replaced: bool = False
+    stderr_replaced: bool = False
+
+    @classmethod
+    def not_started(cls, error: str) -> ChildResult:
+        """A child that never ran: no exit status, no output, no cost."""
+        return cls(ChildEnd.SPAWN_FAILED, None, None, error, "", "", None, None, 0.0)

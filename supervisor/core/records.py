@@ -1,0 +1,221 @@
+"""Rows as they leave the store: frozen values built once by `from_row` at the store
+boundary (as domain.Job is), so no code past it reads an asyncpg Record by key. Enum
+columns arrive as text and are parsed here into model.py's enums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from supervisor.core.db import Record
+from supervisor.core.model import Outcome, RunStatus, SkipReason, Trigger
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run this host has just leased (claim_runs): what the executor needs to run it."""
+
+    id: int
+    job_id: int
+    job_name: str
+    type: str
+    scheduled_at: datetime
+    started_at: datetime
+    db_now: datetime  # the database clock at the claim: the timeout's deadline counts from it
+    attempts: int  # this attempt's number
+    max_attempts: int
+    lease_token: int
+    trigger: Trigger
+    exclusive: bool
+    payload: Any  # the run's own payload, else the job's
+    timeout_seconds: float | None
+    retry_base_seconds: float
+    retry_cap_seconds: float
+
+    @classmethod
+    def from_row(cls, r: Record) -> Claim:
+        return cls(
+            r["id"],
+            r["job_id"],
+            r["job_name"],
+            r["type"],
+            r["scheduled_at"],
+            r["started_at"],
+            r["db_now"],
+            r["attempts"],
+            r["max_attempts"],
+            r["lease_token"],
+            Trigger(r["trigger"]),
+            r["exclusive"],
+            r["payload"],
+            r["timeout_seconds"],
+            r["retry_base_seconds"],
+            r["retry_cap_seconds"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A due run recorded skipped instead of claimed (skip_missed_runs)."""
+
+    id: int
+    job_id: int
+    reason: SkipReason
+
+    @classmethod
+    def from_row(cls, r: Record) -> Skipped:
+        return cls(r["id"], r["job_id"], SkipReason(r["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """A run whose lease expired, taken back from its dead holder (reap_expired)."""
+
+    id: int
+    job_id: int
+    job_name: str
+    type: str
+    attempts: int
+    status: RunStatus  # failed (retry pending) or dead
+    lease_owner: str | None  # the worker that lost it
+
+    @classmethod
+    def from_row(cls, r: Record) -> Reaped:
+        return cls(
+            r["id"],
+            r["job_id"],
+            r["job_name"],
+            r["type"],
+            r["attempts"],
+            RunStatus(r["status"]),
+            r["lease_owner"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run as the API and the dashboard show it, with its job's name and zone."""
+
+    id: int
+    job_id: int
+    job_name: str
+    timezone: str
+    scheduled_at: datetime
+    status: RunStatus
+    trigger: Trigger
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    skip_reason: SkipReason | None
+    idempotency_key: str | None
+    created_at: datetime
+    payload: Any = None  # only read with the detail of one run
+
+    @classmethod
+    def from_row(cls, r: Record) -> Run:
+        reason = r["skip_reason"]
+        return cls(
+            r["id"],
+            r["job_id"],
+            r["job_name"],
+            r["timezone"],
+            r["scheduled_at"],
+            RunStatus(r["status"]),
+            Trigger(r["trigger"]),
+            r["attempts"],
+            r["max_attempts"],
+            r["run_after"],
+            r["lease_owner"],
+            r["lease_expires_at"],
+            r["started_at"],
+            r["finished_at"],
+            r["last_error"],
+            None if reason is None else SkipReason(reason),
+            r["idempotency_key"],
+            r["created_at"],
+            r.get("payload"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a run: who ran it, how it ended, what it printed and cost."""
+
+    run_id: int
+    attempt: int
+    worker_id: str
+    lease_token: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: Outcome
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    stdout_tail: str | None
+    stderr_tail: str | None
+    stdout_replaced: bool
+    stderr_replaced: bool
+    cpu_seconds: float | None
+    peak_rss_bytes: int | None
+
+    @classmethod
+    def from_row(cls, r: Record) -> Attempt:
+        return cls(
+            r["run_id"],
+            r["attempt"],
+            r["worker_id"],
+            r["lease_token"],
+            r["started_at"],
+            r["finished_at"],
+            Outcome(r["outcome"]),
+            r["exit_code"],
+            r["signal"],
+            r["error"],
+            r["stdout_tail"],
+            r["stderr_tail"],
+            r["stdout_replaced"],
+            r["stderr_replaced"],
+            r["cpu_seconds"],
+            r["peak_rss_bytes"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A supervisor as it registered and last heartbeat; `live` by worker_is_live()."""
+
+    id: str
+    host: str
+    pid: int
+    types: tuple[str, ...]
+    concurrency: int
+    running: int
+    version: str
+    lease_ttl: float
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    live: bool
+
+    @classmethod
+    def from_row(cls, r: Record) -> Worker:
+        return cls(
+            r["id"],
+            r["host"],
+            r["pid"],
+            tuple(r["types"]),
+            r["concurrency"],
+            r["running"],
+            r["version"],
+            r["lease_ttl"],
+            r["started_at"],
+            r["last_seen_at"],
+            r["stopped_at"],
+            r["live"],
+        )
