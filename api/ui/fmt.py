@@ -6,6 +6,21 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cron_descriptor import ExpressionDescriptor, Options
+
+_WORDS = Options()
+_WORDS.use_24hour_time_format = True
+_WORDS.verbose = False
+_ALIASES = {
+    "@yearly": "Once a year, at 00:00 on January 1",
+    "@annually": "Once a year, at 00:00 on January 1",
+    "@monthly": "At 00:00 on day 1 of the month",
+    "@weekly": "At 00:00, only on Sunday",
+    "@daily": "At 00:00",
+    "@midnight": "At 00:00",
+    "@hourly": "Every hour",
+}
+
 
 def utc(value: datetime | None) -> str:
     if value is None:
@@ -30,12 +45,17 @@ def seconds(value: float | None) -> str:
     if v < 1:
         return f"{v * 1000:.0f} ms"
     if v < 60:
-        return f"{v:.1f} s"
+        return f"{v:.0f} s" if v == int(v) else f"{v:.1f} s"
     whole = int(v)
-    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "min", 60)):
+    for unit, size, sub, subsize in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
         if whole >= size:
-            return f"{whole // size} {unit} {whole % size // subsize} {sub}"
-    return f"{whole // 60} min {whole % 60} s"
+            rest = whole % size // subsize
+            return f"{whole // size} {unit}" + (f" {rest} {sub}" if rest else "")
+    return f"{whole} s"
 
 
 def ago(value: datetime | None, now: datetime) -> str:
@@ -57,4 +77,29 @@ def size(value: int | None) -> str:
     return f"{amount:.1f} GiB"
 
 
-FILTERS: dict[str, Any] = {"utc": utc, "local": local, "seconds": seconds, "ago": ago, "size": size}
+def cron_words(cron: str | None) -> str:
+    """A cron expression in plain words ("At 02:00, Monday through Friday"); seconds come
+    first in a 6-field expression, as in punchclock's."""
+    if not cron:
+        return ""
+    if cron.startswith("@"):
+        return _ALIASES.get(cron.lower(), "")
+    try:
+        return str(ExpressionDescriptor(cron, _WORDS).get_description())
+    except Exception:  # a library's refusal: show the expression alone
+        return ""
+
+
+def percent(part: float | None) -> str:
+    return "—" if part is None else f"{part * 100:.0f}%"
+
+
+FILTERS: dict[str, Any] = {
+    "utc": utc,
+    "local": local,
+    "seconds": seconds,
+    "ago": ago,
+    "size": size,
+    "cron_words": cron_words,
+    "percent": percent,
+}

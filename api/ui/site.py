@@ -27,16 +27,18 @@ from supervisor.core.store import Store
 
 HERE = Path(__file__).resolve().parent
 DASH = web.AppKey("ui_dashboard", Dashboard)
+UI_STORE = web.AppKey("ui_store", Store)
 UI_CONFIG = web.AppKey("ui_config", Config)
 UI_LIMITS = web.AppKey("ui_limits", PlanLimits)
 
 
 def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> web.Application:
-    from api.ui import pages_auth, pages_overview
+    from api.ui import pages_auth, pages_job, pages_jobs, pages_overview, pages_runs, pages_workers
 
     app = web.Application(middlewares=[gate(render_error)])
     app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
     app[DASH] = Dashboard.over(store)
+    app[UI_STORE] = store
     app[UI_CONFIG] = cfg
     app[UI_LIMITS] = limits or PlanLimits()
     aiohttp_jinja2.setup(
@@ -48,13 +50,17 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
         default_helpers=False,
     )
     app.router.add_static("/static/", HERE / "static", append_version=False)
-    for module in (pages_auth, pages_overview):
+    for module in (pages_auth, pages_overview, pages_jobs, pages_job, pages_runs, pages_workers):
         app.add_routes(module.routes)
     return app
 
 
 def dash(request: web.Request) -> Dashboard:
     return request.app[DASH]
+
+
+def store(request: web.Request) -> Store:
+    return request.app[UI_STORE]
 
 
 def is_admin(request: web.Request) -> bool:

@@ -1,16 +1,153 @@
-"""The dashboard's reads and writes (api/ui): the named blocks of ui.sql, one method each,
-on top of Store so one transaction can mix them with the job and run operations. Rows leave
-as the frozen values below."""
+"""The dashboard's reads and writes (api/ui): the named blocks of ui.sql, one method each.
+`store()` gives the Store over the same pool or connection, so one transaction can mix
+these with the job and run operations. Rows leave as the frozen values below."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
+
+from supervisor.core.db import Record
+from supervisor.core.model import RunStatus
+from supervisor.core.sql import Queries
 from supervisor.core.store import Store
 
 
-class Dashboard(Store):
-    """Store plus the `ui_*` queries."""
+@dataclass(frozen=True, slots=True)
+class JobLine:
+    """One row of the jobs list: the job's schedule and what its runs say."""
+
+    id: int
+    name: str
+    type: str
+    cron: str | None
+    run_at: datetime | None
+    timezone: str
+    paused: bool
+    pause_reason: str | None
+    next_at: datetime | None  # its next planned run
+    last_status: RunStatus | None  # its latest run due by now that left `scheduled`
+    last_at: datetime | None
+    recent_total: int  # of its last 20 runs that ended (succeeded, failed or dead)
+    recent_succeeded: int
+    next_run_id: int | None = None  # with next_at, the keyset position by next run
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.recent_succeeded / self.recent_total if self.recent_total else None
+
+    @classmethod
+    def from_row(cls, r: Record) -> JobLine:
+        status = r["last_status"]
+        return cls(
+            r["id"],
+            r["name"],
+            r["type"],
+            r["cron"],
+            r["run_at"],
+            r["timezone"],
+            r["paused"],
+            r["pause_reason"],
+            r["next_at"],
+            None if status is None else RunStatus(status),
+            r["last_at"],
+            r["recent_total"],
+            r["recent_succeeded"],
+            r.get("next_run_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilters:
+    """The jobs list's filters (None: any)."""
+
+    text: str | None = None  # a substring of the name, any case
+    type: str | None = None
+    paused: bool | None = None
+    last_status: RunStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenCounts:
+    due: int  # scheduled or failed, run_after passed: waiting for a slot
+    planned: int  # scheduled or failed, not due yet
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lateness:
+    p50: float | None
+    p99: float | None
+    measured: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    id: int
+    name: str
+    type: str
+
+
+class Dashboard(Queries):
+    """The `ui_*` queries."""
 
     @classmethod
     def over(cls, store: Store) -> Dashboard:
         """The dashboard's queries over the same pool (or connection) as `store`."""
         return cls(store._ex, store._pool)
+
+    def store(self) -> Store:
+        """The Store over the same pool or connection (inside `transaction()`, the same
+        transaction)."""
+        return Store(self._ex, self._pool)
+
+    async def ui_jobs_by_name(self, f: JobFilters, after: str, limit: int) -> list[JobLine]:
+        rows = await self._fetch("ui_jobs_by_name", *_args(f), after, limit)
+        return [JobLine.from_row(r) for r in rows]
+
+    async def ui_jobs_by_next(
+        self, f: JobFilters, after: tuple[datetime, int], limit: int
+    ) -> list[JobLine]:
+        rows = await self._fetch("ui_jobs_by_next", *_args(f), *after, limit)
+        return [JobLine.from_row(r) for r in rows]
+
+    async def ui_job_types(self) -> list[str]:
+        return [r["type"] for r in await self._fetch("ui_job_types")]
+
+    async def ui_pause_reason(self, job_id: int) -> str | None:
+        return cast(str | None, await self._fetchval("ui_pause_reason", job_id))
+
+    async def ui_set_pause_reason(self, job_id: int, reason: str | None) -> bool:
+        return await self._fetchval("ui_set_pause_reason", job_id, reason) is not None
+
+    # ------------------------------------------------------------ overview
+
+    async def ui_open_counts(self) -> OpenCounts:
+        row = await self._fetchrow("ui_open_counts")
+        assert row is not None
+        return OpenCounts(row["due"], row["planned"], row["running"])
+
+    async def ui_status_counts(self, window_s: float) -> dict[RunStatus, int]:
+        rows = await self._fetch("ui_status_counts", window_s)
+        return {RunStatus(r["status"]): r["n"] for r in rows}
+
+    async def ui_outcome_buckets(
+        self, window_s: float, bucket_s: float
+    ) -> dict[tuple[datetime, RunStatus], int]:
+        rows = await self._fetch("ui_outcome_buckets", window_s, bucket_s)
+        return {(r["bucket"], RunStatus(r["status"])): r["n"] for r in rows}
+
+    async def ui_lateness(self, window_s: float, limit: int) -> Lateness:
+        row = await self._fetchrow("ui_lateness", window_s, limit)
+        assert row is not None
+        return Lateness(row["p50"], row["p99"], row["n"])
+
+    async def ui_unserved_jobs(self, limit: int) -> list[Unserved]:
+        rows = await self._fetch("ui_unserved_jobs", limit)
+        return [Unserved(r["id"], r["name"], r["type"]) for r in rows]
+
+
+def _args(f: JobFilters) -> tuple[str | None, str | None, bool | None, str | None]:
+    status = None if f.last_status is None else f.last_status.value
+    return f.text, f.type, f.paused, status

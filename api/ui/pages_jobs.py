@@ -1,0 +1,211 @@
+"""The jobs list (search, filters, keyset pages, sort by name or next run) and the job
+actions: pause with a reason, resume, trigger now (optionally with a payload), delete.
+
+Every action is a POST form that works without JavaScript and answers with a redirect back
+to the list it came from; pause, trigger-with-payload and delete have a page of their own
+(the reason, the payload, the confirmation).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from api import cursor
+from api.ui.guard import PREFIX, redirect
+from api.ui.pages_auth import safe_next
+from api.ui.site import UI_LIMITS, dash, render, store
+from supervisor.core import jobs
+from supervisor.core.dashboard import JobFilters, JobLine
+from supervisor.core.domain import Job
+from supervisor.core.errors import InvalidSpec, NotFound
+from supervisor.core.model import TYPE, TYPE_RULE, RunStatus
+
+routes = web.RouteTableDef()
+PAGE = 50
+MAX_REASON = 500
+STATUSES = [s.value for s in RunStatus]
+PAUSED = {"": None, "yes": True, "no": False}
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+DONE = {
+    "paused": "Paused {job}.",
+    "resumed": "Resumed {job}.",
+    "triggered": "Triggered {job}: run #{run} is due now.",
+    "deleted": "Deleted {job}; its waiting runs were cancelled.",
+}
+
+
+def _filters(q: Any) -> tuple[JobFilters, str]:
+    text = q.get("q", "").strip()
+    if len(text) > 200:
+        raise InvalidSpec("q", "must be at most 200 characters")
+    type_ = q.get("type", "")
+    if type_ and not TYPE.fullmatch(type_):
+        raise InvalidSpec("type", TYPE_RULE)
+    choice = q.get("paused", "")
+    if choice not in PAUSED:
+        raise InvalidSpec("paused", "must be yes, no or empty")
+    paused = PAUSED[choice]
+    last = q.get("last", "")
+    if last and last not in STATUSES:
+        raise InvalidSpec("last", f"must be one of {', '.join(STATUSES)}")
+    sort = q.get("sort", "name")
+    if sort not in ("name", "next"):
+        raise InvalidSpec("sort", "must be name or next")
+    status = RunStatus(last) if last else None
+    return JobFilters(text or None, type_ or None, paused, status), sort
+
+
+def _hash(f: JobFilters, sort: str) -> str:
+    return cursor.filters_hash(
+        "ui-jobs", {"f": [f.text, f.type, f.paused, f.last_status], "sort": sort}
+    )
+
+
+async def _page(request: web.Request, f: JobFilters, sort: str) -> tuple[list[JobLine], str | None]:
+    token = request.query.get("cursor")
+    fhash = _hash(f, sort)
+    key = cursor.decode(token, fhash) if token else None
+    d = dash(request)
+    if sort == "name":
+        after = key[0] if key and isinstance(key[0], str) else ""
+        if key and not isinstance(key[0], str):
+            raise InvalidSpec("cursor", "is not a valid cursor")
+        found = await d.ui_jobs_by_name(f, after, PAGE + 1)
+        nxt = [found[PAGE - 1].name] if len(found) > PAGE else None
+    else:
+        at, run_id = cursor.parse_run_key(key) if key else (EARLIEST, 0)
+        found = await d.ui_jobs_by_next(f, (at, run_id), PAGE + 1)
+        last = found[PAGE - 1] if len(found) > PAGE else None
+        nxt = None
+        if last is not None and last.next_at is not None and last.next_run_id is not None:
+            nxt = cursor.run_key(last.next_at, last.next_run_id)
+    return found[:PAGE], None if nxt is None else cursor.encode(nxt, fhash)
+
+
+@routes.get("/jobs")
+async def list_jobs(request: web.Request) -> web.StreamResponse:
+    f, sort = _filters(request.query)
+    found, next_cursor = await _page(request, f, sort)
+    here = {k: v for k, v in request.query.items() if k in ("q", "type", "paused", "last", "sort")}
+    context = {
+        "jobs": found,
+        "now": await store(request).now(),
+        "types": await dash(request).ui_job_types(),
+        "statuses": STATUSES,
+        "query": here,
+        "sort": sort,
+        "next_url": f"{PREFIX}jobs?{urlencode({**here, 'cursor': next_cursor})}"
+        if next_cursor
+        else None,
+        "first_url": f"{PREFIX}jobs?{urlencode(here)}" if "cursor" in request.query else None,
+        "back": request.path_qs,
+        "notice": _notice(request),
+    }
+    fragment = request.headers.get("HX-Target") == "jobs-table"
+    return render(request, "jobs_table.html" if fragment else "jobs.html", context)
+
+
+def _notice(request: web.Request) -> str | None:
+    template = DONE.get(request.query.get("done", ""))
+    if template is None:
+        return None
+    return template.format(
+        job=request.query.get("job", "the job"), run=request.query.get("run", "?")
+    )
+
+
+async def _job(request: web.Request) -> Job:
+    job_id = int(request.match_info["id"])
+    job = await store(request).get_job(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found (it may have been deleted)")
+    return job
+
+
+def _back(form: Any, done: str, job: Job, **extra: Any) -> web.Response:
+    back = safe_next(form.get("back")) if form.get("back") else PREFIX + "jobs"
+    base, _, query = back.partition("?")
+    kept = [
+        p for p in query.split("&") if p and not p.startswith(("done=", "job=", "run=", "cursor="))
+    ]
+    kept.append(urlencode({"done": done, "job": job.spec.name, **extra}))
+    return redirect(f"{base}?{'&'.join(kept)}")
+
+
+ACTIONS = r"/jobs/{id:[0-9]{1,18}}/{action:pause|trigger|delete}"
+
+
+@routes.get(ACTIONS)
+async def action_page(request: web.Request) -> web.StreamResponse:
+    job = await _job(request)
+    back = safe_next(request.query.get("back")) if request.query.get("back") else PREFIX + "jobs"
+    context = {"job": job, "action": request.match_info["action"], "back": back, "errors": {}}
+    return render(request, "job_action.html", context)
+
+
+@routes.post(r"/jobs/{id:[0-9]{1,18}}/pause")
+async def pause(request: web.Request) -> web.StreamResponse:
+    job = await _job(request)
+    form = await request.post()
+    reason = str(form.get("reason", "")).strip()
+    if len(reason) > MAX_REASON:
+        errors = {"reason": f"must be at most {MAX_REASON} characters"}
+        context = {
+            "job": job,
+            "action": "pause",
+            "back": safe_next(form.get("back")),
+            "errors": errors,
+        }
+        return render(request, "job_action.html", context, 422)
+    async with dash(request).transaction() as tx:
+        await jobs.set_paused(tx.store(), job.id, True, request.app[UI_LIMITS])
+        await tx.ui_set_pause_reason(job.id, reason or None)
+    return _back(form, "paused", job)
+
+
+@routes.post(r"/jobs/{id:[0-9]{1,18}}/resume")
+async def resume(request: web.Request) -> web.StreamResponse:
+    job = await _job(request)
+    await jobs.set_paused(store(request), job.id, False, request.app[UI_LIMITS])
+    return _back(await request.post(), "resumed", job)
+
+
+@routes.post(r"/jobs/{id:[0-9]{1,18}}/trigger")
+async def trigger(request: web.Request) -> web.StreamResponse:
+    job = await _job(request)
+    form = await request.post()
+    text = str(form.get("payload", "")).strip()
+    try:
+        body = {"payload": json.loads(text)} if text else {}
+        payload = jobs.validate_trigger(body, None)
+    except ValueError as exc:
+        return _trigger_form(request, job, form, text, f"is not valid JSON: {exc}")
+    except jobs.InvalidSpecs as exc:
+        return _trigger_form(request, job, form, text, exc.errors[0].message)
+    run_id, _ = await jobs.trigger_job(store(request), job.id, payload, None)
+    return _back(form, "triggered", job, run=run_id)
+
+
+def _trigger_form(
+    request: web.Request, job: Job, form: Any, text: str, problem: str
+) -> web.Response:
+    context = {
+        "job": job,
+        "action": "trigger",
+        "back": safe_next(form.get("back")),
+        "errors": {"payload": problem},
+        "payload": text,
+    }
+    return render(request, "job_action.html", context, 422)
+
+
+@routes.post(r"/jobs/{id:[0-9]{1,18}}/delete")
+async def delete(request: web.Request) -> web.StreamResponse:
+    job = await _job(request)
+    await jobs.delete_job(store(request), job.id)
+    return _back(await request.post(), "deleted", job)

@@ -1,0 +1,145 @@
+"""Runs: the history (due by now, newest first) or the plan ahead (the "upcoming" tab) with
+the API's filters and keyset pages; one run with every attempt; cancel and requeue.
+
+The list and detail come from supervisor.core.runs (the API's own), so both show the same
+rows in the same order.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from api import cursor
+from api.ui.guard import PREFIX, redirect
+from api.ui.site import render, store
+from supervisor.core import runs
+from supervisor.core.errors import InvalidSpec
+from supervisor.core.model import NAME, NAME_RULE, RunStatus
+from supervisor.core.runs import RunFilters
+
+routes = web.RouteTableDef()
+PAGE = 50
+STATUSES = [s.value for s in RunStatus]
+RANGES = ("scheduled_after", "scheduled_before", "finished_after", "finished_before")
+KEPT = ("tab", "job", "status", *RANGES)
+RUN = r"/runs/{id:[0-9]{1,18}}"
+DONE = {"cancelled": "Cancelled run #{run}.", "requeued": "Requeued run #{run}: it is due now."}
+
+
+def pick(row: Any, name: str) -> Any:
+    """A column of a run row, typed record or mapping (the core is moving to records)."""
+    try:
+        return getattr(row, name)
+    except AttributeError:
+        return row[name]
+
+
+def _instant(q: Any, name: str) -> datetime | None:
+    """A form's datetime-local value (read as UTC) or an ISO 8601 instant with an offset."""
+    text = q.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidSpec(name, "must be a date and time, e.g. 2026-12-01T10:00") from None
+    if not 1 < at.year < 9999:
+        raise InvalidSpec(name, "must lie between the years 0002 and 9998")
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def filters(q: Any) -> RunFilters:
+    job = q.get("job", "").strip()
+    if job and not NAME.fullmatch(job):
+        raise InvalidSpec("job", NAME_RULE)
+    statuses = tuple(s for s in q.getall("status", []) if s)
+    wrong = [s for s in statuses if s not in STATUSES]
+    if wrong:
+        raise InvalidSpec("status", f"{wrong[0]!r} is not one of {', '.join(STATUSES)}")
+    tab = q.get("tab", "history")
+    if tab not in ("history", "upcoming"):
+        raise InvalidSpec("tab", "must be history or upcoming")
+    return RunFilters(
+        job_name=job or None,
+        statuses=statuses,
+        scheduled_after=_instant(q, "scheduled_after"),
+        scheduled_before=_instant(q, "scheduled_before"),
+        finished_after=_instant(q, "finished_after"),
+        finished_before=_instant(q, "finished_before"),
+        upcoming=tab == "upcoming",
+    )
+
+
+@routes.get("/runs")
+async def list_runs(request: web.Request) -> web.StreamResponse:
+    q = request.query
+    f = filters(q)
+    fhash = cursor.filters_hash("ui-runs", f.canonical())
+    token = q.get("cursor")
+    key = cursor.parse_run_key(cursor.decode(token, fhash)) if token else None
+    s = store(request)
+    rows = await runs.list_runs(s, f, key, PAGE + 1)
+    last = rows[PAGE - 1] if len(rows) > PAGE else None
+    here = [(k, v) for k, v in q.items() if k in KEPT and v]
+    next_url = None
+    if last is not None:
+        at = cursor.run_key(pick(last, "scheduled_at"), pick(last, "id"))
+        next_url = f"{PREFIX}runs?{urlencode([*here, ('cursor', cursor.encode(at, fhash))])}"
+    tabs = {
+        t: f"{PREFIX}runs?{urlencode([*[(k, v) for k, v in here if k != 'tab'], ('tab', t)])}"
+        for t in ("history", "upcoming")
+    }
+    context = {
+        "runs": rows[:PAGE],
+        "now": await s.now(),
+        "f": f,
+        "query": q,
+        "statuses": STATUSES,
+        "chosen": set(f.statuses),
+        "tab": "upcoming" if f.upcoming else "history",
+        "tabs": tabs,
+        "next_url": next_url,
+        "first_url": f"{PREFIX}runs?{urlencode(here)}" if token else None,
+    }
+    return render(request, "runs.html", context)
+
+
+@routes.get(RUN)
+async def run_detail(request: web.Request) -> web.StreamResponse:
+    run_id = int(request.match_info["id"])
+    s = store(request)
+    row, attempts = await runs.run_detail(s, run_id)
+    status = str(pick(row, "status"))
+    context = {
+        "run": row,
+        "status": status,
+        "attempts": list(reversed(attempts)),
+        "now": await s.now(),
+        "can_cancel": status in ("scheduled", "failed", "running"),
+        "can_requeue": status in runs.REQUEUEABLE,
+        "notice": _notice(request, run_id),
+    }
+    return render(request, "run.html", context)
+
+
+def _notice(request: web.Request, run_id: int) -> str | None:
+    template = DONE.get(request.query.get("done", ""))
+    return None if template is None else template.format(run=run_id)
+
+
+@routes.post(RUN + "/cancel")
+async def cancel(request: web.Request) -> web.StreamResponse:
+    run_id = int(request.match_info["id"])
+    await runs.cancel_run(store(request), run_id)
+    return redirect(f"{PREFIX}runs/{run_id}?done=cancelled")
+
+
+@routes.post(RUN + "/requeue")
+async def requeue(request: web.Request) -> web.StreamResponse:
+    run_id = int(request.match_info["id"])
+    await runs.requeue_run(store(request), run_id)
+    return redirect(f"{PREFIX}runs/{run_id}?done=requeued")

@@ -1,0 +1,136 @@
+-- The dashboard's queries (api/ui through supervisor/core/dashboard.py), one method each.
+-- Lists are keyset pages; per-job facts come from a few probes of runs_job_history per
+-- listed job, never from a scan of runs.
+
+-- name: ui_jobs_by_name
+-- The jobs list by name: name substring $1 (case-insensitive, NULL: any), type $2, paused
+-- $3, last run status $4 (NULL: any); names after $5 (keyset; '' for the first page), at
+-- most $6. Scans jobs in name order (jobs_name_live); the three laterals probe
+-- runs_job_history for the listed jobs only.
+SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
+       nx.scheduled_at AS next_at, lr.status::text AS last_status,
+       coalesce(lr.finished_at, lr.started_at, lr.scheduled_at) AS last_at,
+       sr.total AS recent_total, sr.succeeded AS recent_succeeded
+FROM jobs j
+LEFT JOIN LATERAL (
+    SELECT r.scheduled_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at > now() AND r.status = 'scheduled'
+    ORDER BY r.scheduled_at LIMIT 1) nx ON true
+LEFT JOIN LATERAL (
+    SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
+    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS total, count(*) FILTER (WHERE x.status = 'succeeded') AS succeeded
+    FROM (SELECT r.status FROM runs r
+          WHERE r.job_id = j.id AND r.scheduled_at <= now()
+            AND r.status IN ('succeeded', 'dead', 'failed')
+          ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 20) x) sr ON true
+WHERE j.deleted_at IS NULL
+  AND ($1::text IS NULL OR strpos(lower(j.name), lower($1::text)) > 0)
+  AND ($2::text IS NULL OR j.type = $2::text)
+  AND ($3::bool IS NULL OR j.paused = $3::bool)
+  AND ($4::text IS NULL OR lr.status::text = $4::text)
+  AND j.name > $5::text
+ORDER BY j.name
+LIMIT $6::int;
+
+-- name: ui_jobs_by_next
+-- The same list soonest next run first, for jobs that have one: walks the planned runs in
+-- time order (runs_status_history), keeps each job's first (a runs_job_history probe), then
+-- joins and filters its job. Keyset ($5, $6) on (that run's scheduled_at, its id); at most
+-- $7. The rows walked grow with the time span the page covers, not with the history.
+SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
+       n.scheduled_at AS next_at, n.id AS next_run_id,
+       lr.status::text AS last_status,
+       coalesce(lr.finished_at, lr.started_at, lr.scheduled_at) AS last_at,
+       sr.total AS recent_total, sr.succeeded AS recent_succeeded
+FROM runs n
+JOIN jobs j ON j.id = n.job_id
+LEFT JOIN LATERAL (
+    SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
+    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS total, count(*) FILTER (WHERE x.status = 'succeeded') AS succeeded
+    FROM (SELECT r.status FROM runs r
+          WHERE r.job_id = j.id AND r.scheduled_at <= now()
+            AND r.status IN ('succeeded', 'dead', 'failed')
+          ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 20) x) sr ON true
+WHERE n.status = 'scheduled'
+  AND (n.scheduled_at, n.id) > (greatest($5::timestamptz, now()), $6::bigint)
+  AND NOT EXISTS (
+      SELECT 1 FROM runs e
+      WHERE e.job_id = n.job_id AND e.status = 'scheduled'
+        AND e.scheduled_at > now() AND e.scheduled_at < n.scheduled_at)
+  AND j.deleted_at IS NULL
+  AND ($1::text IS NULL OR strpos(lower(j.name), lower($1::text)) > 0)
+  AND ($2::text IS NULL OR j.type = $2::text)
+  AND ($3::bool IS NULL OR j.paused = $3::bool)
+  AND ($4::text IS NULL OR lr.status::text = $4::text)
+ORDER BY n.scheduled_at, n.id
+LIMIT $7::int;
+
+-- name: ui_job_types
+-- The handler types of live jobs, for the type filter (a scan of jobs: at most 10,000s).
+SELECT DISTINCT type FROM jobs WHERE deleted_at IS NULL ORDER BY type;
+
+-- name: ui_set_pause_reason
+UPDATE jobs SET pause_reason = $2::text
+WHERE id = $1::bigint AND deleted_at IS NULL AND paused
+RETURNING id;
+
+-- name: ui_pause_reason
+SELECT pause_reason FROM jobs WHERE id = $1::bigint;
+
+-- ---------------------------------------------------------------- overview
+-- Each count reads one index range, never the whole of runs: open runs from the partial
+-- indexes (runs_claimable, runs_running_lease), a window of history from
+-- runs_status_history (status, scheduled_at) one status at a time.
+
+-- name: ui_open_counts
+SELECT
+    (SELECT count(*) FROM runs WHERE status IN ('scheduled', 'failed') AND run_after <= now())
+        AS due,
+    (SELECT count(*) FROM runs WHERE status IN ('scheduled', 'failed') AND run_after > now())
+        AS planned,
+    (SELECT count(*) FROM runs WHERE status = 'running') AS running;
+
+-- name: ui_status_counts
+-- Runs scheduled within the last $1 seconds (and due by now), per status.
+SELECT s.status::text AS status,
+       (SELECT count(*) FROM runs r
+        WHERE r.status = s.status AND r.scheduled_at > now() - make_interval(secs => $1::float8)
+          AND r.scheduled_at <= now()) AS n
+FROM unnest(enum_range(NULL::run_status)) AS s(status);
+
+-- name: ui_outcome_buckets
+-- Ended runs scheduled within the last $1 seconds, per $2-second bucket of scheduled_at
+-- (aligned on the epoch) and per status (succeeded, failed, dead).
+SELECT date_bin(make_interval(secs => $2::float8), r.scheduled_at, 'epoch') AS bucket,
+       r.status::text AS status, count(*) AS n
+FROM runs r
+WHERE r.status IN ('succeeded', 'failed', 'dead')
+  AND r.scheduled_at > now() - make_interval(secs => $1::float8) AND r.scheduled_at <= now()
+GROUP BY 1, 2;
+
+-- name: ui_lateness
+-- Start lateness (first attempt's start - scheduled_at) of the latest $2 runs scheduled
+-- within the last $1 seconds (runs_history backwards): p50, p99, and how many were measured.
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY late) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY late) AS p99,
+       count(*) AS n
+FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
+      FROM runs r
+      WHERE r.scheduled_at > now() - make_interval(secs => $1::float8)
+        AND r.scheduled_at <= now() AND r.started_at IS NOT NULL AND r.attempts = 1
+      ORDER BY r.scheduled_at DESC, r.id DESC
+      LIMIT $2::int) x;
+
+-- name: ui_unserved_jobs
+-- Active jobs whose type no live worker offers (a scan of jobs, never of runs).
+SELECT j.id, j.name, j.type FROM jobs j
+WHERE NOT j.paused AND j.deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE worker_is_live(w) AND j.type = ANY (w.types))
+ORDER BY j.name
+LIMIT $1::int;

@@ -1,0 +1,65 @@
+"""The jobs list stays index-backed with 10,000 jobs: the generic plan of each list query
+(the one a prepared statement settles on) never scans `runs` sequentially, and reads a
+bounded number of buffers for a first page however many jobs and runs there are."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
+
+from .. import factory
+
+FIRST = "'-infinity'::timestamptz, 0"
+CASES = [
+    ("ui_jobs_by_name", "NULL, NULL, NULL, NULL, '', 51"),
+    ("ui_jobs_by_name", "'12', 'type3', false, 'succeeded', 'job-05000', 51"),
+    ("ui_jobs_by_next", f"NULL, NULL, NULL, NULL, {FIRST}, 51"),
+    ("ui_jobs_by_next", "'12', NULL, NULL, 'succeeded', now() + interval '1 minute', 1, 51"),
+]
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
+
+
+@pytest.fixture
+async def ten_thousand_jobs(store: Store) -> Store:
+    await factory.sql(
+        store,
+        """INSERT INTO jobs (name, type, cron, timezone)
+           SELECT 'job-' || lpad(i::text, 5, '0'), 'type' || (i % 7), '*/5 * * * *', 'UTC'
+           FROM generate_series(1, 10000) i""",
+    )
+    await factory.sql(
+        store,
+        """INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts, status)
+           SELECT j.id, now() + make_interval(mins => 5 * k), now() + make_interval(mins => 5 * k),
+                  j.type, 3, (CASE WHEN k <= 0 THEN 'succeeded' ELSE 'scheduled' END)::run_status
+           FROM jobs j, generate_series(-4, 2) k""",
+    )
+    await factory.sql(store, "ANALYZE jobs, runs")
+    return store
+
+
+async def test_jobs_list_never_scans_runs(ten_thousand_jobs: Store) -> None:
+    pool = factory.raw(ten_thousand_jobs)
+    assert isinstance(pool, asyncpg.Pool)
+    async with pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        for n, (query, args) in enumerate(CASES):
+            await conn.execute(f"PREPARE q{n} AS {QUERIES[query]}")
+            out = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE q{n}({args})")
+            plan = json.loads(out)[0]["Plan"]
+            scans = [
+                node
+                for node in _nodes(plan)
+                if node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "runs"
+            ]
+            assert scans == [], f"{query}({args}) scans runs: {json.dumps(plan)[:3000]}"
+            assert plan["Actual Rows"] > 0, f"{query}({args}) found nothing: a vacuous plan"
