@@ -14,7 +14,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
 from api import openapi, routes_jobs, routes_runs
@@ -24,7 +23,7 @@ from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
 from api.ui import create_ui
 from supervisor.core.config import Config, parse_listen
-from supervisor.core.db import create_pool
+from supervisor.core.db import CONNECT_ERRORS, create_pool
 from supervisor.core.errors import PunchclockError, SchemaMismatch
 from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
@@ -94,7 +93,7 @@ async def serve(
     check_exposure(host, tokens)
     try:
         pool = await create_pool(cfg.database_url, min_size=1, max_size=10)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:
         raise PunchclockError(f"cannot connect to the database: {exc}") from None
     runner: web.AppRunner | None = None
     try:

@@ -6,9 +6,9 @@ scrape, so several supervisors never multiply them.
 
 from __future__ import annotations
 
-import asyncpg
 from aiohttp import web
 
+from supervisor.core.db import Pool
 from supervisor.core.health import database_snapshot
 from supervisor.core.httpd import health_routes
 from supervisor.core.metrics import Metrics
@@ -16,7 +16,7 @@ from supervisor.core.store import Store
 
 
 def observability_routes(
-    pool: asyncpg.Pool, max_lag: float, metrics: Metrics
+    pool: Pool, max_lag: float, metrics: Metrics
 ) -> list[web.RouteDef]:
     metrics.database_gauges()
     store = Store(pool)

@@ -13,12 +13,11 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from supervisor.core.db import DB_ERRORS
-from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
+from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, RefusedValue
 from supervisor.core.log import log_event
 
 log = logging.getLogger("punchclock.api")
@@ -81,21 +80,20 @@ def _from_http_exception(exc: web.HTTPException, max_body: int) -> web.Response:
     return problem(exc.status, detail, headers=headers)
 
 
-def _from_data_error(request: web.Request, exc: asyncpg.exceptions.DataError) -> web.Response:
-    """SQLSTATE class 22, or an argument asyncpg cannot encode: the request held a value the
-    database cannot take. The client's error (422), but also a validation gap, so logged."""
+def _from_refused_value(request: web.Request, exc: RefusedValue) -> web.Response:
+    """The request held a value the database cannot take (errors.RefusedValue). The
+    client's error (422), but also a validation gap, so logged."""
     log_event(
         log,
         "api_data_error",
         level=logging.WARNING,
         method=request.method,
         path=request.path,
-        sqlstate=getattr(exc, "sqlstate", None),
-        error=type(exc).__name__,
+        sqlstate=exc.sqlstate,
+        error=str(exc)[:300],
     )
     where = "body" if request.body_exists else "query"
-    message = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    return invalid([InvalidSpec(where, f"a value the database refuses: {message}")])
+    return invalid([InvalidSpec(where, f"a value the database refuses: {str(exc)[:300]}")])
 
 
 def error_middleware(max_body: int) -> Middleware:
@@ -117,18 +115,14 @@ def error_middleware(max_body: int) -> Middleware:
             if exc.status < 400:
                 raise
             return _from_http_exception(exc, max_body)
-        except DB_ERRORS as exc:  # lost, restarting, read-only or shutting down (failover)
+        except RefusedValue as exc:
+            return _from_refused_value(request, exc)
+        except DB_ERRORS as exc:  # lost, restarting, read-only, shutting down, deadlocked
             log.warning(
                 "api_database_unavailable", extra={"punchclock_fields": {"error": str(exc)}}
             )
             return problem(
                 503, "the database is unavailable; retry later", headers={"Retry-After": "1"}
-            )
-        except asyncpg.exceptions.DataError as exc:
-            return _from_data_error(request, exc)
-        except asyncpg.exceptions.TransactionRollbackError:
-            return problem(
-                503, "a concurrent change interfered; retry", headers={"Retry-After": "0"}
             )
         except Exception:
             log.exception(

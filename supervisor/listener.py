@@ -6,9 +6,8 @@ import logging
 from collections.abc import Callable
 
 import asyncpg
-from asyncpg.exceptions import TargetServerAttributeNotMatched
 
-from supervisor.core.db import DB_ERRORS, open_connection
+from supervisor.core.db import DB_ERRORS, WRITABLE_PROBE, open_listener
 from supervisor.core.log import log_event
 from supervisor.core.sql import WAKE_CHANNEL
 from supervisor.loop import Loop, Pass
@@ -27,8 +26,6 @@ class Listener(Loop):
     """
 
     name = "listener"
-    # True on a server that takes writes (in recovery transaction_read_only is always on).
-    PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
 
     def __init__(self, dsn: str, on_wake: Callable[[], None]) -> None:
         super().__init__(1.0, jitter=0.0)
@@ -42,15 +39,7 @@ class Listener(Loop):
                 return Pass()
             self.conn.terminate()
             self.conn = None
-        conn = await open_connection(self.dsn, timeout=5)
-        try:
-            if not await conn.fetchval(self.PROBE, timeout=5):
-                raise TargetServerAttributeNotMatched("the server refuses writes: no LISTEN here")
-            await conn.add_listener(WAKE_CHANNEL, lambda *_: self.on_wake())
-            port = await conn.fetchval("SELECT inet_server_port()", timeout=5)
-        except BaseException:
-            conn.terminate()
-            raise
+        conn, port = await open_listener(self.dsn, WAKE_CHANNEL, self.on_wake, step_seconds=5)
         self.conn = conn
         log_event(log, "listener_connected", port=port)
         self.on_wake()  # notifications may have been missed while disconnected
@@ -61,7 +50,7 @@ class Listener(Loop):
             reason = "closed"
         else:
             try:
-                if await conn.fetchval(self.PROBE, timeout=5):
+                if await conn.fetchval(WRITABLE_PROBE, timeout=5):
                     return True
                 reason = "read_only"
             except DB_ERRORS as exc:

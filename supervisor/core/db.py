@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
 import asyncpg
@@ -19,6 +20,9 @@ from supervisor.core.log import log_event
 log = logging.getLogger("punchclock.db")
 Conn = asyncpg.Connection | PoolConnectionProxy
 Record = asyncpg.Record
+Pool = asyncpg.Pool
+# What a first connection can fail with (unreachable, refused, bad credentials or database).
+CONNECT_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError)
 
 # What a lost or restarting database raises through asyncpg: a service that sees one backs
 # off and retries (loop.py).
@@ -95,6 +99,28 @@ async def open_connection(dsn: str, **kwargs: Any) -> asyncpg.Connection:
         _last_good[dsn] = i
         return conn
     raise AssertionError("unreachable")  # the loop returns or raises
+
+
+# True on a server that takes writes (in recovery transaction_read_only is always on).
+WRITABLE_PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
+
+
+async def open_listener(
+    dsn: str, channel: str, on_notify: Callable[[], None], step_seconds: float
+) -> tuple[asyncpg.Connection, int]:
+    """A connection LISTENing on `channel` on a writable server, and that server's port;
+    each step waits at most `step_seconds`. A server that refuses writes raises one of
+    DB_ERRORS (the caller retries elsewhere)."""
+    conn = await open_connection(dsn, timeout=step_seconds)
+    try:
+        if not await conn.fetchval(WRITABLE_PROBE, timeout=step_seconds):
+            raise asyncpg.TargetServerAttributeNotMatched("the server refuses writes: no LISTEN")
+        await conn.add_listener(channel, lambda *_: on_notify())
+        port = await conn.fetchval("SELECT inet_server_port()", timeout=step_seconds)
+    except BaseException:
+        conn.terminate()
+        raise
+    return conn, port
 
 
 async def connect(dsn: str) -> asyncpg.Connection:

@@ -24,6 +24,16 @@ class UniqueConflict(Conflict):
         self.constraint = constraint
 
 
+class RefusedValue(PunchclockError):
+    """The database refused a value it was sent (SQLSTATE class 22, or an argument the
+    driver cannot encode): the store's translation of a data error. A gap in validation
+    when it comes from a request; a result to store without that value when from a child."""
+
+    def __init__(self, sqlstate: str | None, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class InvalidSpec(PunchclockError):
     """A user-supplied value is invalid. `field` names it (dotted for nested values)."""
 

@@ -13,7 +13,7 @@ from typing import Any, Self
 import asyncpg
 
 from supervisor.core.db import Conn, Record, read_only_seen
-from supervisor.core.errors import UniqueConflict
+from supervisor.core.errors import RefusedValue, UniqueConflict
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 WAKE_CHANNEL = "punchclock_wake"
@@ -41,8 +41,9 @@ QUERIES = load_queries()
 
 class _Translated:
     """Around every query: asyncpg's unique violation becomes the domain's UniqueConflict
-    (errors.py); a server that refuses writes makes the pool drop its connections before
-    the failing one is reused (db.read_only_seen). One instance per Store, no allocation."""
+    and a data error its RefusedValue (errors.py); a server that refuses writes makes the
+    pool drop its connections before the failing one is reused (db.read_only_seen). One
+    instance per Store, no allocation."""
 
     __slots__ = ("pool",)
 
@@ -57,6 +58,9 @@ class _Translated:
     ) -> None:
         if isinstance(exc, asyncpg.UniqueViolationError):
             raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
+        if isinstance(exc, asyncpg.DataError):
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise RefusedValue(getattr(exc, "sqlstate", None), message) from exc
         if isinstance(exc, asyncpg.ReadOnlySQLTransactionError) and self.pool is not None:
             await read_only_seen(self.pool)
 

@@ -11,6 +11,7 @@ Every top-level module of supervisor/ is placed in one layer here: a new one mus
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +91,21 @@ def test_the_core_imports_nothing_else_of_supervisor() -> None:
 
 
 def test_the_api_stands_on_the_core_alone() -> None:
-    for path in sorted((ROOT / "api").glob("*.py")):
+    for path in sorted((ROOT / "api").rglob("*.py")):  # the dashboard (api/ui/) too
         deps = _imports(path) - {"__init__"}  # __version__
-        assert all(_layer(d) == "core" for d in deps), f"api/{path.name} imports {deps}"
+        where = path.relative_to(ROOT)
+        assert all(_layer(d) == "core" for d in deps), f"{where} imports {deps}"
+
+
+def test_only_the_data_layer_names_the_drivers_errors() -> None:
+    """asyncpg's exceptions are translated in core/db.py (DB_ERRORS, CONNECT_ERRORS) and
+    core/sql.py (UniqueConflict, RefusedValue); everything else catches those."""
+    named = re.compile(r"asyncpg\.(exceptions\b|\w*(Error|NotMatched)\b)")
+    allowed = {PKG / "core" / "db.py", PKG / "core" / "sql.py"}
+    for path in sorted([*PKG.rglob("*.py"), *(ROOT / "api").rglob("*.py")]):
+        if path not in allowed:
+            hits = named.findall(path.read_text())
+            assert not hits, f"{path.relative_to(ROOT)} names asyncpg errors: {hits}"
 
 
 def test_services_never_import_each_other() -> None:
