@@ -99,9 +99,9 @@ def gate(render_error: Any) -> Middleware:
         except Exception:
             log.exception("ui_internal_error", extra={"punchclock_fields": {"path": request.path}})
             response = render_error(request, 500, "Internal error; the server log has details.")
-        response.headers.update(HEADERS)
-        if "Cache-Control" not in response.headers:
-            response.headers["Cache-Control"] = "no-store"
+        if not response.prepared:  # a stream (SSE) has sent its headers already
+            response.headers.update(HEADERS)
+            response.headers.setdefault("Cache-Control", "no-store")
         return response
 
     return middleware
@@ -124,7 +124,12 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
     elif current.role is None and not public:
         return _to_login(request)
     response = await handler(request)
-    if fresh and not path.startswith(PREFIX + "static/") and COOKIE not in response.cookies:
+    if (
+        fresh
+        and not response.prepared
+        and not path.startswith(PREFIX + "static/")
+        and COOKIE not in response.cookies
+    ):
         set_session(request, response, current)
     return response
 

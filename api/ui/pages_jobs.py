@@ -188,6 +188,8 @@ async def trigger(request: web.Request) -> web.StreamResponse:
     except jobs.InvalidSpecs as exc:
         return _trigger_form(request, job, form, text, exc.errors[0].message)
     run_id, _ = await jobs.trigger_job(store(request), job.id, payload, None)
+    if form.get("then") == "run":  # from the job's page: follow the run, live
+        return redirect(f"{PREFIX}runs/{run_id}?done=triggered")
     return _back(form, "triggered", job, run=run_id)
 
 

@@ -10,7 +10,6 @@ from datetime import timedelta
 from aiohttp import web
 
 from api.ui import svg
-from api.ui.pages_runs import pick
 from api.ui.site import UI_CONFIG, dash, render, store
 from supervisor.core import runs
 from supervisor.core.runs import RunFilters
@@ -27,7 +26,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
     max_lag = request.app[UI_CONFIG].ready_max_lag
     minutes = await d.ui_outcome_buckets(HOUR, 60)
     hours = await d.ui_outcome_buckets(DAY, 3600)
-    workers = [w for w in await s.list_workers(0.0, 1000) if pick(w, "live")]
+    workers = [w for w in await s.list_workers(0.0, 1000) if w.live]
     context = {
         "now": now,
         "max_lag": max_lag,

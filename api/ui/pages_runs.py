@@ -7,15 +7,20 @@ rows in the same order.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import aiohttp_jinja2
 from aiohttp import web
+from aiohttp_sse import EventSourceResponse, sse_response
 
 from api import cursor
 from api.ui.guard import PREFIX, redirect
-from api.ui.site import render, store
+from api.ui.site import common, render, store
 from supervisor.core import runs
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.model import NAME, NAME_RULE, RunStatus
@@ -27,15 +32,14 @@ STATUSES = [s.value for s in RunStatus]
 RANGES = ("scheduled_after", "scheduled_before", "finished_after", "finished_before")
 KEPT = ("tab", "job", "status", *RANGES)
 RUN = r"/runs/{id:[0-9]{1,18}}"
-DONE = {"cancelled": "Cancelled run #{run}.", "requeued": "Requeued run #{run}: it is due now."}
-
-
-def pick(row: Any, name: str) -> Any:
-    """A column of a run row, typed record or mapping (the core is moving to records)."""
-    try:
-        return getattr(row, name)
-    except AttributeError:
-        return row[name]
+FINAL = frozenset({"succeeded", "dead", "cancelled", "skipped"})
+LIVE_POLL = 1.0
+LIVE_FOR = 600.0
+DONE = {
+    "cancelled": "Cancelled run #{run}.",
+    "requeued": "Requeued run #{run}: it is due now.",
+    "triggered": "Triggered run #{run}: it is due now.",
+}
 
 
 def _instant(q: Any, name: str) -> datetime | None:
@@ -87,7 +91,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     here = [(k, v) for k, v in q.items() if k in KEPT and v]
     next_url = None
     if last is not None:
-        at = cursor.run_key(pick(last, "scheduled_at"), pick(last, "id"))
+        at = cursor.run_key(last.scheduled_at, last.id)
         next_url = f"{PREFIX}runs?{urlencode([*here, ('cursor', cursor.encode(at, fhash))])}"
     tabs = {
         t: f"{PREFIX}runs?{urlencode([*[(k, v) for k, v in here if k != 'tab'], ('tab', t)])}"
@@ -108,22 +112,65 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     return render(request, "runs.html", context)
 
 
-@routes.get(RUN)
-async def run_detail(request: web.Request) -> web.StreamResponse:
-    run_id = int(request.match_info["id"])
+async def _run_context(request: web.Request, run_id: int) -> dict[str, Any]:
     s = store(request)
     row, attempts = await runs.run_detail(s, run_id)
-    status = str(pick(row, "status"))
-    context = {
+    status = str(row.status)
+    return {
         "run": row,
         "status": status,
         "attempts": list(reversed(attempts)),
         "now": await s.now(),
         "can_cancel": status in ("scheduled", "failed", "running"),
         "can_requeue": status in runs.REQUEUEABLE,
-        "notice": _notice(request, run_id),
+        "live": status not in FINAL,
     }
-    return render(request, "run.html", context)
+
+
+@routes.get(RUN)
+async def run_detail(request: web.Request) -> web.StreamResponse:
+    run_id = int(request.match_info["id"])
+    context = await _run_context(request, run_id)
+    return render(request, "run.html", {**context, "notice": _notice(request, run_id)})
+
+
+@routes.get(RUN + "/live")
+async def run_live(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: the run's live part (run_body.html) whenever it changes, checked
+    once a second (every second while it runs: the elapsed time moves), then `done` once
+    the run is final. A stream ends after LIVE_FOR; the browser reconnects."""
+    run_id = int(request.match_info["id"])
+    await runs.run_detail(store(request), run_id)  # 404 before the stream starts
+    # A viewer who closed the page ends its stream: not an error.
+    with contextlib.suppress(ConnectionResetError):
+        async with sse_response(request, ping_interval=15) as stream:
+            await _stream(request, run_id, stream)
+    return stream
+
+
+async def _stream(request: web.Request, run_id: int, stream: EventSourceResponse) -> None:
+    seen: Any = None
+    deadline = time.monotonic() + LIVE_FOR
+    while time.monotonic() < deadline:
+        context = await _run_context(request, run_id)
+        run, attempts = context["run"], context["attempts"]
+        version = (
+            run.status,
+            run.attempts,
+            run.finished_at,
+            len(attempts),
+            context["now"].replace(microsecond=0) if run.status == "running" else None,
+        )
+        if version != seen:
+            seen = version
+            html = aiohttp_jinja2.render_string(
+                "run_body.html", request, {**common(request), **context}
+            )
+            await stream.send(html, event="run")
+        if not context["live"]:
+            await stream.send("final", event="done")
+            return
+        await asyncio.sleep(LIVE_POLL)  # the poll interval of this stream
 
 
 def _notice(request: web.Request, run_id: int) -> str | None:

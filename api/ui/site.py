@@ -71,10 +71,16 @@ def render(
     request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
 ) -> web.Response:
     """A page (or, for htmx, the fragment it names) with what every template uses."""
+    full = {**common(request), **context}
+    return aiohttp_jinja2.render_template(template, request, full, status=status)
+
+
+def common(request: web.Request) -> dict[str, Any]:
+    """What every template uses: the session's role and CSRF token, the prefix, the path."""
     s: Session | None = request.get(SESSION_KEY)  # absent on a request refused before it had one
     sessions = request.app[SESSIONS]
     role = s.role if s else None
-    base = {
+    return {
         "prefix": PREFIX,
         "role": role,
         "admin": role == ADMIN,
@@ -83,7 +89,6 @@ def render(
         "path": request.path,
         "htmx": bool(request.headers.get("HX-Request")),
     }
-    return aiohttp_jinja2.render_template(template, request, {**base, **context}, status=status)
 
 
 def render_error(request: web.Request, status: int, detail: str) -> web.Response:

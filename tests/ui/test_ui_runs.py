@@ -4,6 +4,7 @@ read session's view and refusals."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from supervisor.core import jobs
@@ -111,3 +112,40 @@ async def test_read_session_cannot_cancel_or_requeue(ui_reader: Ui, store: Store
         r = await ui_reader.post(f"/ui/runs/{dead}/{action}")
         assert r.status == 403, action
     assert await factory.status(store, dead) == "dead"
+
+
+async def read_events(response: object, until: str, timeout: float = 10.0) -> list[tuple[str, str]]:
+    """Server-sent events from a streaming response until one named `until`."""
+    events: list[tuple[str, str]] = []
+    name, data = "message", []
+    async with asyncio.timeout(timeout):
+        async for raw in response.content:  # type: ignore[attr-defined]
+            line = raw.decode().rstrip("\r\n")
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif not line and data:
+                events.append((name, "\n".join(data)))
+                if name == until:
+                    return events
+                name, data = "message", []
+    return events
+
+
+async def test_live_stream_sends_the_run_as_it_changes_then_done(
+    ui_reader: Ui, store: Store
+) -> None:
+    job_id = await make_job(store)
+    [run_id] = await factory.insert_runs(store, job_id, 1, status="scheduled")
+    r = await ui_reader.client.get(f"/ui/runs/{run_id}/live")
+    assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    [(name, html)] = await read_events(r, until="run")
+    assert name == "run" and 's-scheduled">scheduled' in html and "<html" not in html
+    await factory.finish_run(store, run_id, "succeeded")
+    events = await read_events(r, until="done")
+    assert [n for n, _ in events] == ["run", "done"]
+    assert 's-succeeded">succeeded' in events[0][1]
+    r.close()
+    _, html = await ui_reader.get(f"/ui/runs/{run_id}")
+    assert "sse-connect" not in html  # a final run's page opens no stream
