@@ -83,7 +83,7 @@ async def main_async(args: argparse.Namespace) -> int:
     results: list[ScenarioResult] = []
     with admin_dsn() as admin, tempfile.TemporaryDirectory(prefix="pc-bench-") as tmp:
         dbs = Databases(admin)
-        await dbs.create_template()
+        await dbs.create()
         procs = Processes(Path(tmp))
         try:
             info["postgresql"] = await dbs.server_info()
@@ -93,7 +93,7 @@ async def main_async(args: argparse.Namespace) -> int:
         finally:
             procs.stop_all()
             with contextlib.suppress(Exception):
-                await dbs.drop_template()
+                await dbs.drop()
     print(table(results))
     doc = {
         "started_at": started_at.isoformat(),

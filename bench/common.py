@@ -11,9 +11,7 @@ import math
 import os
 import platform
 import signal
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,10 +21,8 @@ from typing import Any
 import asyncpg
 import psutil
 
-from supervisor.core.db import connect
-from supervisor.core.migrator import migrate
 from supervisor.local.pgchain import admin_dsn as pgchain_admin_dsn
-from supervisor.local.pgchain import with_database
+from supervisor.local.plumbing import LoggedProcess, TemplateDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -171,49 +167,26 @@ def admin_dsn() -> Iterator[str]:
         yield url
 
 
-class Databases:
+class Databases(TemplateDatabase):
     """A migrated template, and a fresh copy of it per scenario (dropped afterwards)."""
 
     def __init__(self, admin: str) -> None:
-        self.admin = admin
-        self.template = f"pc_bench_tpl_{os.getpid()}"
-
-    async def _admin(self, sql: str) -> None:
-        conn = await asyncpg.connect(self.admin)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    async def create_template(self) -> None:
-        await self._admin(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)')
-        await self._admin(f'CREATE DATABASE "{self.template}"')
-        conn = await connect(with_database(self.admin, self.template))
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-
-    async def drop_template(self) -> None:
-        await self._admin(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)')
+        super().__init__(admin, prefix="pc_bench_")
 
     @contextlib.asynccontextmanager
     async def fresh(self, tag: str) -> AsyncIterator[str]:
-        name = f"pc_bench_{tag}_{uuid.uuid4().hex[:8]}"
-        await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
-        # Flush what earlier scenarios wrote (their databases, their processes' logs) now:
-        # the kernel's writeback 30 s later, or the checkpointer, would otherwise stall this
-        # scenario's commits mid-measurement. CHECKPOINT needs superuser or pg_checkpoint.
-        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
-            await self._admin("CHECKPOINT")
-        await asyncio.to_thread(os.sync)
-        try:
-            yield with_database(self.admin, name)
-        finally:
-            await self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        async with self.copy(tag) as dsn:
+            # Flush what earlier scenarios wrote (their databases, their processes' logs) now:
+            # the kernel's writeback 30 s later, or the checkpointer, would otherwise stall
+            # this scenario's commits mid-measurement. CHECKPOINT needs superuser or
+            # pg_checkpoint.
+            with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+                await self.execute("CHECKPOINT")
+            await asyncio.to_thread(os.sync)
+            yield dsn
 
     async def server_info(self) -> dict[str, Any]:
-        conn = await asyncpg.connect(self.admin)
+        conn = await asyncpg.connect(self.admin_dsn)
         try:
             settings = {
                 name: await conn.fetchval(f"SHOW {name}")
@@ -227,63 +200,11 @@ class Databases:
 # ---------------------------------------------------------------- processes
 
 
-class Proc:
+class Proc(LoggedProcess):
     """A supervisor or API OS process with its JSON log file."""
-
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.name = name
-        self.popen = popen
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        out = []
-        with contextlib.suppress(FileNotFoundError):
-            for line in self.log_path.read_text(errors="replace").splitlines():
-                if line.startswith("{") and f'"{event}"' in line:
-                    with contextlib.suppress(ValueError):
-                        rec = json.loads(line)
-                        if rec.get("event") == event:
-                            out.append(rec)
-        return out
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(FileNotFoundError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    async def wait_event(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.events(event)
-            if found:
-                return found[0]
-            if not self.running:
-                raise RuntimeError(f"{self.name} exited waiting for {event}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: no {event} within {timeout}s:\n{self.tail()}")
-            await asyncio.sleep(0.02)
 
     def rss(self) -> int:
         return int(psutil.Process(self.pid).memory_info().rss)
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM, wait, then SIGKILL: never leaves the process behind."""
-        if self.running:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGTERM)
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            return self.popen.wait()
 
 
 class Processes:
@@ -293,23 +214,9 @@ class Processes:
         self.workdir = workdir
         self.procs: list[Proc] = []
 
-    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-        env.update(extra or {})
-        return env
-
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None) -> Proc:
         log_path = self.workdir / f"{name}-{uuid.uuid4().hex[:6]}.log"
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env=self._env(env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        proc = Proc(name, popen, log_path)
+        proc = Proc.spawn(name, argv, log_path, cwd=ROOT, env=env)
         self.procs.append(proc)
         return proc
 
@@ -346,17 +253,18 @@ class Processes:
         return self._spawn(name, [PYTHON, *args], None)
 
     def stop(self, proc: Proc, timeout: float = 20.0) -> int | None:
+        """Stop `proc`, SIGKILLed when it does not exit within `timeout`: never raises."""
         try:
             return proc.stop(timeout)
+        except AssertionError:  # killed
+            return proc.popen.returncode
         finally:
             if proc in self.procs:
                 self.procs.remove(proc)
 
     def stop_all(self) -> None:
         for proc in list(self.procs):  # SIGTERM all first: they drain in parallel
-            if proc.running:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.popen.send_signal(signal.SIGTERM)
+            proc.send(signal.SIGTERM)
         for proc in list(self.procs):
             self.stop(proc)
 
@@ -381,18 +289,6 @@ def write_handlers(path: Path, handlers: dict[str, list[str]]) -> Path:
         lines += [f'[handlers."{type_name}"]', f"command = {json.dumps(argv)}", ""]
     path.write_text("\n".join(lines))
     return path
-
-
-async def wait_until(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:
-    """Poll an async predicate until truthy; RuntimeError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(every)
 
 
 @dataclass

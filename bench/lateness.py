@@ -21,8 +21,9 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import Context, ScenarioResult, start_supervisors, summary, wait_until
+from bench.common import Context, ScenarioResult, start_supervisors, summary
 from bench.planner import insert_jobs
+from supervisor.local.plumbing import wait_until
 from supervisor.runner import Child, ChildSpec
 
 NAME = "lateness"

@@ -14,8 +14,9 @@ import aiohttp
 import asyncpg
 import psutil
 
-from bench.common import Context, Proc, ScenarioResult, api_url, start_supervisors, wait_until
+from bench.common import Context, Proc, ScenarioResult, api_url, start_supervisors
 from bench.throughput import insert_due_runs
+from supervisor.local.plumbing import wait_until
 
 NAME = "memory"
 TYPE = "sleep"

@@ -16,12 +16,13 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import Context, Proc, ScenarioResult, start_supervisors, summary, wait_until
+from bench.common import Context, Proc, ScenarioResult, start_supervisors, summary
 from supervisor.core.db import create_pool
 from supervisor.core.domain import Job
 from supervisor.core.planning import PlanLimits, plan_job
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
+from supervisor.local.plumbing import wait_until
 from supervisor.planner import Planner
 
 NAME = "planner"

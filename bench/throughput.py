@@ -22,7 +22,8 @@ from typing import Any
 import asyncpg
 import psutil
 
-from bench.common import PYTHON, ROOT, Context, ScenarioResult, start_supervisors, wait_until
+from bench.common import PYTHON, ROOT, Context, ScenarioResult, start_supervisors
+from supervisor.local.plumbing import wait_until
 
 NAME = "throughput"
 TYPE = "noop"

@@ -9,8 +9,6 @@ Each test gets `CREATE DATABASE ... TEMPLATE` of a database migrated once per se
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,11 +16,13 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor.core.db import connect, create_pool
-from supervisor.core.migrator import migrate
+from supervisor.core.db import create_pool
 from supervisor.core.store import Store
 from supervisor.local import pgchain
 from supervisor.local.pgchain import with_database
+from supervisor.local.plumbing import TemplateDatabase
+
+__all__ = ["with_database"]  # tests/integration/test_store.py imports it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,50 +34,18 @@ def admin_dsn() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def template_db(admin_dsn: str) -> Iterator[str]:
-    name = f"pc_tpl_{os.getpid()}"
-
-    async def create() -> None:
-        admin = await asyncpg.connect(admin_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            await admin.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await admin.close()
-        conn = await connect(with_database(admin_dsn, name))
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    yield name
-
-    async def drop() -> None:
-        admin = await asyncpg.connect(admin_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-    asyncio.run(drop())
+def template_db(admin_dsn: str) -> Iterator[TemplateDatabase]:
+    template = TemplateDatabase(admin_dsn)
+    asyncio.run(template.create())
+    yield template
+    asyncio.run(template.drop())
 
 
 @pytest.fixture
-async def dsn(admin_dsn: str, template_db: str) -> AsyncIterator[str]:
+async def dsn(template_db: TemplateDatabase) -> AsyncIterator[str]:
     """A fresh migrated database for this test; dropped (with its sessions) afterwards."""
-    name = f"pc_t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    finally:
-        await admin.close()
-    yield with_database(admin_dsn, name)
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with template_db.copy() as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,19 +1,17 @@
-"""Small shared helpers for tests: job specs, waiting on conditions with a deadline."""
+"""Small shared helpers for tests: job specs, and `wait_for` (a condition with a deadline:
+supervisor.local.plumbing.wait_until, which bench uses too)."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from supervisor.core.domain import JobSpec, cron_schedule
 from supervisor.core.model import Catchup, Overlap
 from supervisor.core.schedule import OneOffSchedule, load_zone
+from supervisor.local.plumbing import wait_until as wait_for
 
-DEADLINE = 30.0
+__all__ = ["job", "wait_for"]
 
 
 def job(
@@ -40,21 +38,3 @@ def job(
         if key in kw:
             kw[key] = enum(kw[key])
     return JobSpec(name=name, type=type, schedule=sched, **kw)
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[Any] | Any],
-    timeout: float = DEADLINE,
-    what: str = "condition",
-) -> Any:
-    """Poll a predicate (async or plain) every 20 ms until it is truthy; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)

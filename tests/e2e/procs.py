@@ -33,6 +33,7 @@ import psutil
 
 from supervisor.local.pgbin import _as_user, _server_user, find_bindir
 from supervisor.local.pgserver import LocalPostgres
+from supervisor.local.plumbing import LoggedProcess
 
 from ..helpers import wait_for
 
@@ -63,62 +64,12 @@ def write_handlers_toml(path: Path, types: dict[str, str]) -> Path:
     return path
 
 
-class Supervisor:
-    """One supervisor OS process and its log file."""
-
-    def __init__(self, worker_id: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.worker_id = worker_id
-        self.proc = proc
-        self.log_path = log_path
-
-    def __repr__(self) -> str:
-        return f"Supervisor({self.worker_id}, pid={self.pid}, rc={self.proc.poll()})"
+class Supervisor(LoggedProcess):
+    """One supervisor (or API) OS process and its log file, named by its worker id."""
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    # ------------------------------------------------------------ logs
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def events(self, event: str | None = None, **match: Any) -> list[dict[str, Any]]:
-        """Parsed JSON log lines, optionally only `event` with fields equal to `match`."""
-        out = []
-        for line in self.log_text().splitlines():
-            if not line.startswith("{"):
-                continue  # a traceback or a handler's stray output
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # the last line may be half written
-            if event is not None and rec.get("event") != event:
-                continue
-            if all(rec.get(k) == v for k, v in match.items()):
-                out.append(rec)
-        return out
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    async def wait_event(self, event: str, timeout: float = 15.0, **match: Any) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            recs = self.events(event, **match)
-            if recs:
-                return recs[0]
-            if not self.running:
-                raise AssertionError(f"{self} exited waiting for {event}:\n{self.tail()}")
-            return None
-
-        rec: dict[str, Any] = await wait_for(found, timeout, f"{self.worker_id}: {event} {match}")
-        return rec
-
-    # ------------------------------------------------------------ signals
+    def worker_id(self) -> str:
+        return self.name
 
     def frozen(self) -> bool:
         """Stopped by SIGSTOP (and not continued)."""
@@ -127,34 +78,17 @@ class Supervisor:
         except psutil.NoSuchProcess:
             return False
 
-    def send(self, sig: int) -> None:
-        if self.running:
-            os.kill(self.pid, sig)
-
     def wait(self, timeout: float) -> int:
-        """The exit status within `timeout` seconds, else AssertionError (it is killed)."""
         try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(
-                f"{self.worker_id} did not exit within {timeout}s:\n{self.tail()}"
-            ) from None
+            return super().wait(timeout)
         finally:
-            _managed.discard(self.pid)
+            _managed.discard(self.pid)  # reaped: a new process with this pid is no Popen's
 
     async def wait_exit(self, timeout: float) -> int:
         """Like wait(), but polling, so the test's event loop keeps serving meanwhile."""
         with contextlib.suppress(AssertionError):
             await wait_for(lambda: not self.running, timeout, f"{self.worker_id} to exit")
         return self.wait(0)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM (after SIGCONT, in case it is stopped) and wait for the exit."""
-        self.send(signal.SIGCONT)
-        self.send(signal.SIGTERM)
-        return self.wait(timeout)
 
 
 class Cluster:
@@ -218,14 +152,8 @@ class Cluster:
         return self._spawn("api", argv, self.tmp_path / "api.log")
 
     def _spawn(self, worker_id: str, argv: list[str], log_path: Path) -> Supervisor:
-        # Nothing from this test process's PUNCHCLOCK_* settings may leak into the child.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-        _managed.add(proc.pid)
-        sup = Supervisor(worker_id, proc, log_path)
+        sup = Supervisor.spawn(worker_id, argv, log_path, cwd=ROOT)
+        _managed.add(sup.pid)
         self.supervisors.append(sup)
         return sup
 

@@ -11,8 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -21,6 +20,7 @@ import pytest
 
 from supervisor.local import pgbin, pgserver
 from supervisor.local.pgserver import LocalPostgres, PgServerError, default_data_dir, find_bindir
+from supervisor.local.plumbing import wait_until_blocking
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_PG = list(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
@@ -84,15 +84,6 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # exited, not yet reaped
     except psutil.NoSuchProcess:
         return True
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def postmaster_pid(data_dir: Path) -> int:
@@ -189,9 +180,9 @@ def test_killed_launcher_stops_the_server(data_dir: Path) -> None:
     pid, watchdog = postmaster_pid(data_dir), watchdog_of(child.pid)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert wait_until(lambda: gone(pid), 10), "the server outlived its launcher"
-    assert wait_until(lambda: not server_processes(data_dir), 5)
-    assert wait_until(lambda: gone(watchdog.pid), 5)
+    wait_until_blocking(lambda: gone(pid), 10, "the server to stop with its launcher")
+    wait_until_blocking(lambda: not server_processes(data_dir), 5, "every server process to go")
+    wait_until_blocking(lambda: gone(watchdog.pid), 5, "the watchdog to go")
     with LocalPostgres(data_dir, persistent=False) as pg:
         assert fetchval(pg.dsn, "select 1") == 1
 
@@ -206,7 +197,7 @@ def test_orphaned_server_is_stopped_and_replaced(data_dir: Path) -> None:
     orphan = postmaster_pid(data_dir)
     assert not gone(orphan)
     with LocalPostgres(data_dir, persistent=False) as pg:
-        assert wait_until(lambda: gone(orphan), 5)
+        wait_until_blocking(lambda: gone(orphan), 5, "the orphaned server to be stopped")
         assert postmaster_pid(data_dir) != orphan
         assert fetchval(pg.dsn, "select 1") == 1
 
