@@ -164,7 +164,14 @@ PATHS: J = {
     },
     "/v1/jobs/{id}/pause": {
         "parameters": [PATH_ID],
-        "post": {"operationId": "pauseJob", "responses": responses({200: JOB_OK}, 404)},
+        "post": {
+            "operationId": "pauseJob",
+            "summary": "Pause, optionally saying why (shown and returned until resumed)",
+            "requestBody": body(
+                obj({"reason": null({**STR, "maxLength": 500})}, required=[]), required=False
+            ),
+            "responses": responses({200: JOB_OK}, 400, 404, 413),
+        },
     },
     "/v1/jobs/{id}/resume": {
         "parameters": [PATH_ID],

@@ -110,6 +110,7 @@ JOB = obj(
         "catchup_window_seconds": NUM,
         "overlap": enum(Overlap),
         "paused": BOOL,
+        "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
         "created_at": TIME,
         "updated_at": TIME,
     }

@@ -12,6 +12,7 @@ from api import cursor, views
 from api.params import NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
 from supervisor.core import jobs, schedule
+from supervisor.core.channels import notifications
 from supervisor.core.domain import Job
 from supervisor.core.errors import InvalidSpec, NotFound
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE
@@ -28,7 +29,9 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
     s = store(request)
-    return views.job_detail(job, await s.now(), await jobs.job_warnings(s, job.spec))
+    data = views.job_detail(job, await s.now(), await jobs.job_warnings(s, job.spec))
+    data["notify"] = [r.view() for r in await notifications(s).job_notify(job.id)]
+    return data
 
 
 @routes.post("/v1/jobs")
@@ -91,7 +94,11 @@ async def delete_job(request: web.Request) -> web.Response:
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
-    job = await jobs.set_paused(store(request), job_id, paused, limits(request))
+    reason = None
+    if paused:  # an optional body: {"reason": "..."}
+        body = await read_json(request, config(request).api_max_body, required=False)
+        reason = jobs.validate_pause({} if body is NO_BODY else body)
+    job = await jobs.set_paused(store(request), job_id, paused, limits(request), reason)
     return _json(await _detail(request, job))
 
 

@@ -65,6 +65,7 @@ def job(j: Job) -> dict[str, Any]:
         "catchup_window_seconds": spec.catchup_window_seconds,
         "overlap": str(spec.overlap),
         "paused": spec.paused,
+        "pause_reason": j.pause_reason,
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }

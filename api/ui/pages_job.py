@@ -7,7 +7,7 @@ import json
 
 from aiohttp import web
 
-from api.ui.site import dash, render, store
+from api.ui.site import render, store
 from supervisor.core import schedule
 from supervisor.core.domain import UnloadableSchedule
 from supervisor.core.errors import NotFound
@@ -40,7 +40,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "now": now,
         "instants": instants,
         "problem": problem,
-        "reason": await dash(request).ui_pause_reason(job_id),
+        "reason": job.pause_reason,
         "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True),
         "back": request.path,
     }

@@ -27,7 +27,7 @@ from supervisor.core.model import TYPE, TYPE_RULE, RunStatus
 
 routes = web.RouteTableDef()
 PAGE = 50
-MAX_REASON = 500
+MAX_REASON = jobs.MAX_PAUSE_REASON
 STATUSES = [s.value for s in RunStatus]
 PAUSED = {"": None, "yes": True, "no": False}
 EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -162,9 +162,7 @@ async def pause(request: web.Request) -> web.StreamResponse:
             "errors": errors,
         }
         return render(request, "job_action.html", context, 422)
-    async with dash(request).transaction() as tx:
-        await jobs.set_paused(tx.store(), job.id, True, request.app[UI_LIMITS])
-        await tx.ui_set_pause_reason(job.id, reason or None)
+    await jobs.set_paused(store(request), job.id, True, request.app[UI_LIMITS], reason or None)
     return _back(form, "paused", job)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
 from supervisor.core.db import Record
 from supervisor.core.model import RunStatus
@@ -114,12 +113,6 @@ class Dashboard(Queries):
 
     async def ui_job_types(self) -> list[str]:
         return [r["type"] for r in await self._fetch("ui_job_types")]
-
-    async def ui_pause_reason(self, job_id: int) -> str | None:
-        return cast(str | None, await self._fetchval("ui_pause_reason", job_id))
-
-    async def ui_set_pause_reason(self, job_id: int, reason: str | None) -> bool:
-        return await self._fetchval("ui_set_pause_reason", job_id, reason) is not None
 
     # ------------------------------------------------------------ overview
 

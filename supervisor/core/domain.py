@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from supervisor.core import schedule
 from supervisor.core.errors import InvalidSpec
+from supervisor.core.events import NotifyRule
 from supervisor.core.model import Catchup, Overlap
 from supervisor.core.schedule import CronSchedule, OneOffSchedule
 
@@ -23,6 +24,8 @@ class Row(Protocol):
     """A database row read by column name (an asyncpg Record)."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+    def get(self, key: str) -> Any: ...
 
 
 @lru_cache(maxsize=4096)
@@ -96,6 +99,8 @@ class JobSpec:
     catchup_window_seconds: float = 3600.0
     overlap: Overlap = Overlap.ALLOW
     paused: bool = False
+    # Its notify list (channels.py stores it beside the job); None: not given, unchanged.
+    notify: tuple[NotifyRule, ...] | None = None
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -126,6 +131,7 @@ class Job:
     plan_after: datetime  # the planner looks at the job again once now() >= this
     created_at: datetime
     updated_at: datetime
+    pause_reason: str | None = None  # why it is paused, if anyone said (cleared on resume)
 
     @classmethod
     def from_row(cls, row: Row, schedule: JobSchedule | None = None) -> Job:
@@ -154,4 +160,5 @@ class Job:
             plan_after=row["plan_after"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            pause_reason=row.get("pause_reason"),
         )

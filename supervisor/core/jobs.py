@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from supervisor.core.channels import set_job_notify
 from supervisor.core.domain import Job, JobSpec
-from supervisor.core.errors import Conflict, InvalidSpecs, NotFound, UniqueConflict
+from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
 from supervisor.core.jobspec import validate_job, validate_trigger
 from supervisor.core.model import Overlap
 from supervisor.core.planning import PlanLimits, plan_jobs
@@ -25,8 +26,10 @@ __all__ = [
     "trigger_job",
     "update_job",
     "validate_job",
+    "validate_pause",
     "validate_trigger",
 ]
+MAX_PAUSE_REASON = 500  # the jobs_pause_reason_length constraint (migration 0004)
 
 # ---------------------------------------------------------------- operations
 
@@ -35,6 +38,7 @@ async def create_job(store: Store, spec: JobSpec, limits: PlanLimits) -> Job:
     try:
         async with store.transaction() as tx:
             job = await tx.insert_job(spec)  # locked until commit: plan it as inserted
+            await set_job_notify(tx, job.id, spec.notify)
             await _plan_now(tx, job, limits)
     except UniqueConflict:
         raise Conflict(f"name: a job named {spec.name!r} already exists") from None
@@ -50,6 +54,7 @@ async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -
             job = await tx.update_job(job_id, validate_job(body, current.spec))
             assert job is not None
             spec = job.spec
+            await set_job_notify(tx, job_id, spec.notify)
             changed = current.spec.schedule_columns != spec.schedule_columns
             if changed:
                 await tx.delete_unstarted_future_runs(job_id)
@@ -83,16 +88,38 @@ async def delete_job(store: Store, job_id: int) -> int:
         return await tx.cancel_unstarted_runs(job_id, "job deleted")
 
 
-async def set_paused(store: Store, job_id: int, paused: bool, limits: PlanLimits) -> Job:
-    """Pause stops planning and claiming; resume plans at once (catch-up policy applies)."""
+async def set_paused(
+    store: Store, job_id: int, paused: bool, limits: PlanLimits, reason: str | None = None
+) -> Job:
+    """Pause stops planning and claiming and stores `reason` (None: none given); resume
+    plans at once (catch-up policy applies) and forgets the reason (a trigger clears it)."""
     async with store.transaction() as tx:
         job = await tx.set_job_paused(job_id, paused)
+        if job is not None and paused:
+            job = await tx.set_pause_reason(job_id, reason)
         if job is None:
             raise NotFound(f"job {job_id} not found")
         if not paused:
             await _plan_now(tx, job, limits)
             await tx.notify_wake()
     return job
+
+
+def validate_pause(body: Any) -> str | None:
+    """A pause request's body ({} when none) -> its reason, stripped (None: none given)."""
+    if not isinstance(body, dict):
+        raise InvalidSpecs([InvalidSpec("body", "must be a JSON object")])
+    errors = [InvalidSpec(name, "unknown field") for name in sorted(set(body) - {"reason"})]
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        errors.append(InvalidSpec("reason", "must be a string or null"))
+    elif reason is not None and "\x00" in reason:
+        errors.append(InvalidSpec("reason", "must not contain NUL characters"))
+    elif reason is not None and len(reason.strip()) > MAX_PAUSE_REASON:
+        errors.append(InvalidSpec("reason", f"must be at most {MAX_PAUSE_REASON} characters"))
+    if errors:
+        raise InvalidSpecs(errors)
+    return reason.strip() or None if isinstance(reason, str) else None
 
 
 async def trigger_job(

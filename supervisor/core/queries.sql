@@ -644,3 +644,9 @@ FROM workers w
 WHERE w.last_seen_at > now() - make_interval(secs => $1::float8) OR worker_is_live(w)
 ORDER BY live DESC, w.last_seen_at DESC, w.id
 LIMIT $2::int;
+
+-- name: set_pause_reason
+-- Why a paused job is paused ($2, NULL: not said); resuming clears it (migration 0004).
+UPDATE jobs SET pause_reason = $2::text
+WHERE id = $1::bigint AND deleted_at IS NULL AND paused
+RETURNING *;

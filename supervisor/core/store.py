@@ -85,6 +85,10 @@ class Store(History):
     async def set_job_paused(self, job_id: int, paused: bool) -> Job | None:
         return _job(await self._fetchrow("set_job_paused", job_id, paused))
 
+    async def set_pause_reason(self, job_id: int, reason: str | None) -> Job | None:
+        """A paused job's reason (None: none); None when it is not a live paused job."""
+        return _job(await self._fetchrow("set_pause_reason", job_id, reason))
+
     # ------------------------------------------------------------ planning
 
     async def pick_jobs_to_plan(self, limit: int) -> tuple[list[Job], datetime | None]:

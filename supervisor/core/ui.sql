@@ -75,14 +75,6 @@ LIMIT $7::int;
 -- The handler types of live jobs, for the type filter (a scan of jobs: at most 10,000s).
 SELECT DISTINCT type FROM jobs WHERE deleted_at IS NULL ORDER BY type;
 
--- name: ui_set_pause_reason
-UPDATE jobs SET pause_reason = $2::text
-WHERE id = $1::bigint AND deleted_at IS NULL AND paused
-RETURNING id;
-
--- name: ui_pause_reason
-SELECT pause_reason FROM jobs WHERE id = $1::bigint;
-
 -- ---------------------------------------------------------------- overview
 -- Each count reads one index range, never the whole of runs: open runs from the partial
 -- indexes (runs_claimable, runs_running_lease), a window of history from

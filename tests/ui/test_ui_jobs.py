@@ -197,3 +197,32 @@ async def test_job_detail_shows_next_instants_and_payload_to_admins_only(
     assert "Run now" not in html and "Pause…" not in html
     status, _ = await ui_anon.get("/ui/jobs/999999")
     assert status == 404
+
+
+async def test_the_api_and_the_dashboard_share_the_pause_reason(ui_open: Ui, store: Store) -> None:
+    job_id = await make(store, "etl")
+    api = ui_open.client
+    r = await api.post(f"/v1/jobs/{job_id}/pause", json={"reason": "  disk full  "})
+    assert r.status == 200 and (await r.json())["pause_reason"] == "disk full"
+    status, html = await ui_open.get(f"/ui/jobs/{job_id}")
+    assert status == 200 and "disk full" in html
+    r = await api.post(f"/v1/jobs/{job_id}/resume")
+    assert (await r.json())["pause_reason"] is None
+    await ui_open.get(f"/ui/jobs/{job_id}/pause")
+    await ui_open.post(f"/ui/jobs/{job_id}/pause", {"reason": "from the dashboard"})
+    got = await (await api.get(f"/v1/jobs/{job_id}")).json()
+    assert got["paused"] and got["pause_reason"] == "from the dashboard"
+    listed = await (await api.get("/v1/jobs")).json()
+    assert listed["jobs"][0]["pause_reason"] == "from the dashboard"
+    r = await api.post(f"/v1/jobs/{job_id}/pause")  # no body: paused, no reason
+    assert r.status == 200 and (await r.json())["pause_reason"] is None
+    for bad, problem in (({"reason": 5}, "must be a string or null"), ({"why": "x"}, "unknown")):
+        r = await api.post(f"/v1/jobs/{job_id}/pause", json=bad)
+        assert r.status == 422
+        errors = (await r.json())["errors"]
+        assert problem in errors[0]["message"] and errors[0]["field"] in ("reason", "why")
+    r = await api.post(f"/v1/jobs/{job_id}/pause", json={"reason": "x" * 501})
+    assert (await r.json())["errors"][0] == {
+        "field": "reason",
+        "message": "must be at most 500 characters",
+    }
