@@ -15,9 +15,7 @@ from supervisor.core.metrics import Metrics
 from supervisor.core.store import Store
 
 
-def observability_routes(
-    pool: Pool, max_lag: float, metrics: Metrics
-) -> list[web.RouteDef]:
+def observability_routes(pool: Pool, max_lag: float, metrics: Metrics) -> list[web.RouteDef]:
     metrics.database_gauges()
     store = Store(pool)
 
