@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from api import openapi_notify
 from api.openapi_schemas import (
     BOOL,
     ID,
@@ -281,6 +282,8 @@ PATHS: J = {
     },
 }
 
+PATHS.update(openapi_notify.paths(responses, param, body))
+
 
 def document() -> J:
     return {
@@ -294,7 +297,7 @@ def document() -> J:
         },
         "paths": PATHS,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **openapi_notify.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

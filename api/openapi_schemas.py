@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from supervisor.core.events import SUBSCRIBABLE
 from supervisor.core.model import (
     MAX_ID,
     NAME_PATTERN,
@@ -47,6 +48,8 @@ BOOL: J = {"type": "boolean"}
 TIME: J = {"type": "string", "format": "date-time"}
 PAYLOAD: J = {"type": "object", "description": "any JSON object"}
 ID: J = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+EVENT: J = {"type": "string", "enum": SUBSCRIBABLE}
+EVENTS: J = {"type": "array", "items": EVENT, "uniqueItems": True}
 
 
 def enum(values: Any) -> J:
@@ -92,6 +95,15 @@ JOB_FIELDS: J = {
     "catchup_window_seconds": {"type": "number", "minimum": 0, "maximum": 2592000},
     "overlap": enum(Overlap),
     "paused": BOOL,
+    "notify": {
+        "type": "array",
+        "maxItems": 20,
+        "description": "channels told about this job's events (each must exist, else 422);"
+        " PATCH replaces the whole list",
+        "items": obj(
+            {"channel": {"type": "string", "pattern": NAME}, "events": {**EVENTS, "minItems": 1}}
+        ),
+    },
 }
 INSTANT = obj({"utc": TIME, "local": TIME})
 JOB = obj(
@@ -120,7 +132,7 @@ JOB_DETAIL = {
         {**JOB, "additionalProperties": True},
         {
             "type": "object",
-            "required": ["next", "warnings"],
+            "required": ["next", "warnings", "notify"],
             "properties": {
                 "next": {
                     "type": "array",
@@ -128,6 +140,7 @@ JOB_DETAIL = {
                     "description": "the next 5 instants of the schedule",
                 },
                 "warnings": {"type": "array", "items": STR},
+                "notify": JOB_FIELDS["notify"],
             },
         },
     ]

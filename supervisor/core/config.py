@@ -58,6 +58,13 @@ class Config:
     retention_succeeded_days: float = _setting(30.0, "keep succeeded and skipped runs this long")
     retention_failed_days: float = _setting(90.0, "keep dead and cancelled runs this long")
     log_level: str = _setting("info", "debug, info, warning or error")
+    notify_allowed_hosts: tuple[str, ...] = _setting(
+        (), "hosts notification channels may send to (.example.com: and subdomains; empty: any)"
+    )
+    notify_retry_window: float = _setting(
+        86400.0, "seconds a notification delivery is retried before it is marked failed"
+    )
+    notify_timeout: float = _setting(10.0, "seconds one notification request may take")
 
     @property
     def effective_concurrency(self) -> int:
@@ -103,7 +110,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 
 def _validate(cfg: Config) -> None:
     problems = []
-    positive = ("lease_ttl", "drain_timeout", "plan_horizon", "poll_interval", "ready_max_lag")
+    positive = ("lease_ttl", "drain_timeout", "plan_horizon", "poll_interval", "ready_max_lag",
+                "notify_retry_window", "notify_timeout")  # fmt: skip
     for name in positive:
         if getattr(cfg, name) <= 0:
             problems.append(f"{name}: must be greater than 0")

@@ -51,10 +51,11 @@ async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -
             current = await tx.lock_job(job_id)
             if current is None:
                 raise NotFound(f"job {job_id} not found")
-            job = await tx.update_job(job_id, validate_job(body, current.spec))
+            wanted = validate_job(body, current.spec)
+            job = await tx.update_job(job_id, wanted)
             assert job is not None
             spec = job.spec
-            await set_job_notify(tx, job_id, spec.notify)
+            await set_job_notify(tx, job_id, wanted.notify)
             changed = current.spec.schedule_columns != spec.schedule_columns
             if changed:
                 await tx.delete_unstarted_future_runs(job_id)

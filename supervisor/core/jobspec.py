@@ -14,6 +14,7 @@ from typing import Any
 from supervisor.core import schedule
 from supervisor.core.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
+from supervisor.core.events import parse_notify
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 
 WEEK = 7 * 24 * 3600
@@ -31,6 +32,7 @@ FIELDS = {
     "catchup_window_seconds",
     "overlap",
     "paused",
+    "notify",
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them).
 NULLABLE = {"timeout_seconds", "cron", "run_at"}
@@ -146,6 +148,8 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         if not isinstance(body["paused"], bool):
             errors.append(InvalidSpec("paused", "must be true or false"))
         out["paused"] = body["paused"]
+    if "notify" in body:
+        out["notify"] = parse_notify(errors, body["notify"])
     _validate_schedule(errors, body, out, base)
     if errors:
         raise InvalidSpecs(errors)

@@ -1,0 +1,133 @@
+-- Notifications: channels, job subscriptions and the outbox (DESIGN.md, Notifications).
+-- The statements that raise events are in queries.sql beside the state changes they follow
+-- (complete_runs, reap_expired, skip_missed_runs, insert_planned_runs).
+
+-- ---------------------------------------------------------------- channels
+
+-- name: insert_channel
+INSERT INTO channels (name, url, format, secret, headers, all_jobs)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[])
+RETURNING *;
+
+-- name: update_channel
+UPDATE channels SET name = $2::text, url = $3::text, format = $4::text, secret = $5::text,
+    headers = $6::jsonb, all_jobs = $7::text[], updated_at = now()
+WHERE id = $1::bigint
+RETURNING *;
+
+-- name: get_channel
+SELECT * FROM channels WHERE id = $1::bigint;
+
+-- name: lock_channel
+SELECT * FROM channels WHERE id = $1::bigint FOR UPDATE;
+
+-- name: list_channels
+SELECT * FROM channels ORDER BY name;
+
+-- name: delete_channel
+-- Its subscriptions and deliveries go with it (ON DELETE CASCADE); returns the jobs that
+-- subscribed, so the caller can say so.
+WITH subs AS (SELECT count(*) AS n FROM job_subscriptions WHERE channel_id = $1::bigint),
+gone AS (DELETE FROM channels WHERE id = $1::bigint RETURNING id)
+SELECT (SELECT n FROM subs) AS jobs FROM gone;
+
+-- name: insert_test_event
+INSERT INTO outbox (channel_id, event, data)
+SELECT id, 'test', jsonb_build_object('channel', name, 'message', 'a test from punchclock')
+FROM channels WHERE id = $1::bigint
+RETURNING id;
+
+-- ---------------------------------------------------------------- job subscriptions
+
+-- name: channel_ids
+SELECT id, name FROM channels WHERE name = ANY ($1::text[]);
+
+-- name: replace_job_subscriptions
+-- A job's notify list, replaced whole: $2 channel ids in list order, $3 their events
+-- (comma-separated). Upserts what stays, deletes what left the list.
+WITH rules AS (
+    SELECT channel_id, pos::int AS position, string_to_array(events, ',') AS events
+    FROM unnest($2::bigint[], $3::text[]) WITH ORDINALITY AS t (channel_id, events, pos)
+), dropped AS (
+    DELETE FROM job_subscriptions s
+    WHERE s.job_id = $1::bigint AND s.channel_id <> ALL (ARRAY(SELECT channel_id FROM rules))
+)
+INSERT INTO job_subscriptions (job_id, channel_id, position, events)
+SELECT $1::bigint, channel_id, position, events FROM rules
+ON CONFLICT (job_id, channel_id)
+    DO UPDATE SET position = EXCLUDED.position, events = EXCLUDED.events;
+
+-- name: job_notify
+SELECT c.name AS channel, s.events FROM job_subscriptions s
+JOIN channels c ON c.id = s.channel_id
+WHERE s.job_id = $1::bigint ORDER BY s.position;
+
+-- ---------------------------------------------------------------- delivery
+
+-- name: claim_deliveries
+-- Due deliveries, SKIP LOCKED so notifiers on several hosts split them. The claim moves
+-- next_attempt_at one lease ahead: a notifier that dies mid-delivery leaves the row due
+-- again then (attempts + 1 is the fence of the result).
+WITH picked AS (
+    SELECT id FROM outbox
+    WHERE status = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT $1::int
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE outbox o SET attempts = o.attempts + 1, lease_owner = $2::text,
+        next_attempt_at = now() + make_interval(secs => $3::float8)
+    FROM picked p WHERE o.id = p.id
+    RETURNING o.*
+)
+SELECT d.id, d.channel_id, d.event, d.data, d.created_at, d.attempts,
+       EXTRACT(EPOCH FROM (now() - d.created_at))::float8 AS age_seconds,
+       c.name AS channel_name, c.url, c.format, c.secret, c.headers
+FROM claimed d JOIN channels c ON c.id = d.channel_id
+ORDER BY d.id;
+
+-- name: record_delivery
+-- One attempt's outcome, fenced by (id, attempts, owner): a notifier whose lease ran out
+-- (another host claimed the row since) records its attempt but does not move the row.
+-- $6: 'delivered', 'pending' (retry in $7 s) or 'failed'.
+WITH moved AS (
+    UPDATE outbox SET status = $6::text, last_status = $4::int, last_error = $5::text,
+        next_attempt_at = CASE WHEN $6::text = 'pending'
+                               THEN now() + make_interval(secs => $7::float8)
+                               ELSE next_attempt_at END,
+        finished_at = CASE WHEN $6::text = 'pending' THEN NULL ELSE now() END,
+        lease_owner = NULL
+    WHERE id = $1::bigint AND attempts = $2::int AND lease_owner = $3::text
+      AND status = 'pending'
+    RETURNING id
+), attempt AS (
+    INSERT INTO delivery_attempts (outbox_id, attempt, worker_id, started_at,
+                                   duration_seconds, status_code, error)
+    VALUES ($1::bigint, $2::int, $3::text, now() - make_interval(secs => $8::float8), $8::float8,
+            $4::int, $5::text)
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM moved;
+
+-- name: outbox_depth
+-- Pending deliveries and the age of the oldest (outbox_due).
+SELECT count(*) AS pending,
+       coalesce(EXTRACT(EPOCH FROM (now() - min(created_at))), 0)::float8 AS oldest_seconds
+FROM outbox WHERE status = 'pending';
+
+-- name: list_deliveries
+-- Newest first, keyset on id ($1: exclusive upper bound). Filters: channel, statuses,
+-- events, job (NULL: any).
+SELECT o.id, o.channel_id, c.name AS channel_name, o.event, o.job_id, o.run_id, o.status,
+       o.attempts, o.next_attempt_at, o.last_status, o.last_error, o.created_at, o.finished_at
+FROM outbox o JOIN channels c ON c.id = o.channel_id
+WHERE o.id < $1::bigint
+  AND ($2::bigint IS NULL OR o.channel_id = $2::bigint)
+  AND ($3::text[] IS NULL OR o.status = ANY ($3::text[]))
+  AND ($4::text[] IS NULL OR o.event = ANY ($4::text[]))
+  AND ($5::bigint IS NULL OR o.job_id = $5::bigint)
+ORDER BY o.id DESC
+LIMIT $6::int;
+
+-- name: list_delivery_attempts
+SELECT * FROM delivery_attempts WHERE outbox_id = ANY ($1::bigint[]) ORDER BY outbox_id, attempt;
