@@ -32,6 +32,8 @@ STATUSES = [s.value for s in RunStatus]
 PAUSED = {"": None, "yes": True, "no": False}
 EARLIEST = datetime.min.replace(tzinfo=UTC)
 DONE = {
+    "created": "Created {job}.",
+    "saved": "Saved {job}.",
     "paused": "Paused {job}.",
     "resumed": "Resumed {job}.",
     "triggered": "Triggered {job}: run #{run} is due now.",

@@ -33,7 +33,15 @@ UI_LIMITS = web.AppKey("ui_limits", PlanLimits)
 
 
 def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> web.Application:
-    from api.ui import pages_auth, pages_job, pages_jobs, pages_overview, pages_runs, pages_workers
+    from api.ui import (
+        pages_auth,
+        pages_edit,
+        pages_job,
+        pages_jobs,
+        pages_overview,
+        pages_runs,
+        pages_workers,
+    )
 
     app = web.Application(middlewares=[gate(render_error)])
     app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
@@ -50,7 +58,15 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
         default_helpers=False,
     )
     app.router.add_static("/static/", HERE / "static", append_version=False)
-    for module in (pages_auth, pages_overview, pages_jobs, pages_job, pages_runs, pages_workers):
+    for module in (
+        pages_auth,
+        pages_overview,
+        pages_edit,
+        pages_jobs,
+        pages_job,
+        pages_runs,
+        pages_workers,
+    ):
         app.add_routes(module.routes)
     return app
 

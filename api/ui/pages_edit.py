@@ -1,0 +1,217 @@
+"""New and edit job: one form for every field the API accepts, validated by the API's own
+jobspec (errors shown next to their fields), and the schedule preview fragment that htmx
+fetches as the user types a cron expression or zone (a Preview button without JavaScript).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+from zoneinfo import available_timezones
+
+from aiohttp import web
+
+from api.ui import preview
+from api.ui.guard import PREFIX, Refused, redirect
+from api.ui.pages_jobs import _job
+from api.ui.site import UI_LIMITS, is_admin, render, store
+from supervisor.core import jobs, schedule
+from supervisor.core.domain import Job, JobSpec
+from supervisor.core.errors import Conflict, InvalidSpec
+from supervisor.core.model import Catchup, Overlap
+
+routes = web.RouteTableDef()
+PREVIEW = 10
+NUMBERS = {  # form field -> (body path, integer)
+    "max_attempts": (("max_attempts",), True),
+    "timeout_seconds": (("timeout_seconds",), False),
+    "retry_base_seconds": (("retry", "base_seconds"), False),
+    "retry_cap_seconds": (("retry", "cap_seconds"), False),
+    "catchup_window_seconds": (("catchup_window_seconds",), False),
+}
+ZONES = sorted(available_timezones())
+TEXT = ("name", "type", "cron", "timezone", "run_at", "payload", "catchup", "overlap")
+
+
+def _values(spec: JobSpec | None) -> dict[str, str]:
+    """The form's fields as text: a job's, or the API's defaults for a new one."""
+    s = spec or JobSpec(name="", type="", schedule=schedule.parse_cron("0 * * * *"))
+    return {
+        "name": s.name,
+        "type": s.type,
+        "kind": "cron" if s.cron is not None or spec is None else "once",
+        "cron": s.cron or "",
+        "timezone": s.timezone,
+        "run_at": s.run_at.isoformat() if s.run_at else "",
+        "payload": json.dumps(s.payload, indent=2, sort_keys=True) if s.payload else "",
+        "max_attempts": str(s.max_attempts),
+        "timeout_seconds": f"{s.timeout_seconds:g}" if s.timeout_seconds else "",
+        "retry_base_seconds": f"{s.retry_base_seconds:g}",
+        "retry_cap_seconds": f"{s.retry_cap_seconds:g}",
+        "catchup": str(s.catchup),
+        "catchup_window_seconds": f"{s.catchup_window_seconds:g}",
+        "overlap": str(s.overlap),
+        "paused": "on" if s.paused else "",
+    }
+
+
+def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """(the API body, errors the form alone can tell, the text typed)."""
+    typed = {k: str(form.get(k, "")).strip() for k in (*TEXT, *NUMBERS, "kind", "paused")}
+    errors: dict[str, str] = {}
+    body: dict[str, Any] = {"name": typed["name"], "type": typed["type"]}
+    body["timezone"] = typed["timezone"] or "UTC"
+    if typed["kind"] == "once":
+        body["run_at"] = _run_at(typed["run_at"], body["timezone"], errors)
+        if not typed["run_at"]:
+            errors["run_at"] = "is required for a one-off job"
+        if editing:
+            body["cron"] = None
+    else:
+        body["cron"] = typed["cron"]
+        if editing:
+            body["run_at"] = None
+    if typed["payload"]:
+        try:
+            body["payload"] = json.loads(typed["payload"])
+        except ValueError as exc:
+            errors["payload"] = f"is not valid JSON: {exc}"
+    elif editing:
+        body["payload"] = {}
+    for name, (path, integer) in NUMBERS.items():
+        text = typed[name]
+        if not text:
+            if name == "timeout_seconds" and editing:
+                body["timeout_seconds"] = None
+            continue
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            errors[name] = "must be a whole number" if integer else "must be a number"
+            continue
+        target = body.setdefault(path[0], {}) if len(path) == 2 else body
+        target[path[-1]] = value
+    body["catchup"], body["overlap"] = typed["catchup"], typed["overlap"]
+    body["paused"] = bool(typed["paused"])
+    return body, errors, typed
+
+
+def _run_at(text: str, zone: str, errors: dict[str, str]) -> Any:
+    """An ISO instant; without an offset, read in the job's zone (as the form says)."""
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text  # the API names the problem
+    if at.tzinfo is None:
+        try:
+            at = at.replace(tzinfo=schedule.load_zone(zone))
+        except InvalidSpec:
+            return text
+    return at.isoformat()
+
+
+def _field(name: str) -> str:
+    """An API error's field as the form's input name (retry.base_seconds: retry_base_seconds)."""
+    return name.replace(".", "_") if name.startswith("retry.") else name
+
+
+async def _form(
+    request: web.Request,
+    job: Job | None,
+    values: dict[str, str],
+    errors: dict[str, str],
+    status: int = 200,
+) -> web.Response:
+    instants, problem = await _preview(request, values.get("cron", ""), values.get("timezone", ""))
+    context = {
+        "job": job,
+        "v": values,
+        "errors": errors,
+        "zones": ZONES,
+        "catchups": [c.value for c in Catchup],
+        "overlaps": [o.value for o in Overlap],
+        "instants": instants,
+        "preview_error": problem,
+        "action": f"{PREFIX}jobs/{job.id}/edit" if job else f"{PREFIX}jobs/new",
+    }
+    return render(request, "job_form.html", context, status)
+
+
+async def _preview(
+    request: web.Request, cron: str, zone: str
+) -> tuple[list[preview.Instant], str | None]:
+    if not cron.strip():
+        return [], None
+    try:
+        return preview.preview(cron, zone.strip(), await store(request).now(), PREVIEW), None
+    except InvalidSpec as exc:
+        return [], str(exc)
+
+
+def _admin(request: web.Request) -> None:
+    if not is_admin(request):
+        raise Refused(403, "Only an admin session can create or change jobs.")
+
+
+@routes.get("/jobs/new")
+async def new_form(request: web.Request) -> web.StreamResponse:
+    _admin(request)
+    return await _form(request, None, _values(None), {})
+
+
+@routes.get(r"/jobs/{id:[0-9]{1,18}}/edit")
+async def edit_form(request: web.Request) -> web.StreamResponse:
+    _admin(request)
+    job = await _job(request)
+    return await _form(request, job, _values(job.spec), {})
+
+
+@routes.get("/jobs/preview")
+async def preview_fragment(request: web.Request) -> web.StreamResponse:
+    """The preview of ?cron=&timezone= (a fragment for htmx, else a page of its own)."""
+    cron, zone = request.query.get("cron", ""), request.query.get("timezone", "")
+    if len(cron) > 200 or len(zone) > 100:
+        raise InvalidSpec("cron", "is too long")
+    instants, problem = await _preview(request, cron, zone)
+    context = {
+        "instants": instants,
+        "preview_error": problem,
+        "v": {"cron": cron, "timezone": zone or "UTC"},
+    }
+    page = "job_preview.html" if request.headers.get("HX-Request") else "job_preview_page.html"
+    return render(request, page, context)
+
+
+@routes.post("/jobs/new")
+async def create(request: web.Request) -> web.StreamResponse:
+    return await _save(request, None)
+
+
+@routes.post(r"/jobs/{id:[0-9]{1,18}}/edit")
+async def update(request: web.Request) -> web.StreamResponse:
+    return await _save(request, await _job(request))
+
+
+async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
+    form = await request.post()
+    body, errors, typed = _body(form, job is not None)
+    values = {**typed, "kind": typed["kind"] or "cron"}
+    limits = request.app[UI_LIMITS]
+    if not errors:
+        try:
+            if job is None:
+                saved = await jobs.create_job(store(request), jobs.validate_job(body), limits)
+            else:
+                saved = await jobs.update_job(store(request), job.id, body, limits)
+        except jobs.InvalidSpecs as exc:
+            errors = {_field(e.field): e.message for e in exc.errors}
+        except Conflict as exc:
+            errors = {"name": str(exc).removeprefix("name: ")}
+        else:
+            done = "created" if job is None else "saved"
+            return redirect(f"{PREFIX}jobs?{urlencode({'done': done, 'job': saved.spec.name})}")
+    return await _form(request, job, values, errors, 422)
