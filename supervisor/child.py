@@ -3,7 +3,7 @@ runner's values, with no process code, so verdict.py and tests use them without 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -21,9 +21,15 @@ class ChildEnd(StrEnum):
 @dataclass(frozen=True)
 class ChildSpec:
     argv: list[str]
-    env: dict[str, str]  # complete environment for the child
-    stdin: bytes = b""
+    env: dict[str, str] = field(repr=False)  # complete environment for the child (secrets)
+    stdin: bytes = field(default=b"", repr=False)
     cwd: str | None = None
+    # Run as this identity (Popen does setgroups/setgid/setuid after the fork); None: ours.
+    user: int | None = None
+    group: int | None = None
+    extra_groups: tuple[int, ...] | None = None
+    umask: int | None = None
+    limits: tuple[tuple[str, int], ...] = ()  # isolation.RLIMITS keys, through prlimit(1)
     timeout: float | None = None  # seconds, monotonic; None = no timeout
     kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
     output_limit: int = 65536  # bytes of tail kept per stream

@@ -9,6 +9,11 @@ While a backlog of due runs waits, a freed slot waits until `refill_batch` slots
 a claim is a transaction of four round trips whose cost barely depends on how many runs it
 takes, so claiming one run per finished child made the database the bottleneck for short
 runs. A run that comes due while slots are free is claimed at once.
+
+A handler's `concurrency` caps its type on this host: a type at its cap is left out of the
+claim, and a type with less room than the free slots is claimed alone, up to its room, in
+the same transaction before the others (which then take the remaining slots), so one claim
+never starts more of a type than it may run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass, replace
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import UniqueConflict
 from supervisor.core.log import log_event
-from supervisor.core.records import Skipped
+from supervisor.core.records import Claim, Skipped
 from supervisor.core.store import Store
 from supervisor.faces import Slots
 from supervisor.loop import Loop, Pass
@@ -86,14 +91,22 @@ class Claimer(Loop):
             if now < self._refill_by:
                 return ClaimPass(self._refill_by - now)  # a finishing run wakes us sooner
         self._refill_by = None
+        batches = self._batches(free)
+        if not batches:
+            return ClaimPass(self.interval)  # every type at its cap: a finishing run wakes us
         sent_at = time.monotonic()
         # Every run we start is in `held` from start() on, and this loop is the only claimer
         # here, so any other run leased to us comes from a claim whose reply we never saw.
-        held = list(self.slots.held()) if self.uncertain else None
+        held_ids = list(self.slots.held()) if self.uncertain else None
+        held = held_ids
         try:
             async with self.store.transaction() as tx:
                 skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
-                rows = await tx.claim_runs(self.types, free, self.owner, self.lease_ttl, held)
+                rows: list[Claim] = []
+                for types, most in batches:
+                    if (n := min(most, free - len(rows))) > 0:
+                        rows += await tx.claim_runs(types, n, self.owner, self.lease_ttl, held)
+                        held = None  # the recovery runs once, in the first statement
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
             return ClaimPass(0.01)
@@ -101,7 +114,7 @@ class Claimer(Loop):
             self.uncertain = True
             self._backlog = False
             raise
-        recovered = held is not None
+        recovered = held_ids is not None
         self._backlog = len(rows) == free
         self.uncertain = False
         if self.on_claim_latency:
@@ -142,11 +155,23 @@ class Claimer(Loop):
             claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted
         )
         if recovered:
-            log_event(self.log, "claim_recovered", held=len(held or ()))
+            log_event(self.log, "claim_recovered", held=len(held_ids or ()))
             return replace(done, next_in=0.0)  # runs given back just now are due: claim again
         if len(rows) == free:
             return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
-        due_in = await self.store.next_due_in(self.types)
+        room = self.slots.room()
+        open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
+        if not open_types:
+            return replace(done, next_in=self.interval)
+        due_in = await self.store.next_due_in(open_types)
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+
+    def _batches(self, free: int) -> list[tuple[list[str], int]]:
+        """The claim statements for `free` slots: (types, at most this many runs). Types
+        with less room than that, one by one first; then the rest together."""
+        room = self.slots.room()
+        capped = [([t], room[t]) for t in self.types if 0 < room.get(t, free) < free]
+        rest = [t for t in self.types if room.get(t, free) >= free]
+        return capped + ([(rest, free)] if rest else [])

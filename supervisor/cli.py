@@ -8,12 +8,15 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor import __version__
 from supervisor.core.config import Config, ConfigError, load, settings_table
 from supervisor.core.errors import InvalidSpec, PunchclockError, SchemaMismatch
 from supervisor.core.log import setup_logging
+
+if TYPE_CHECKING:
+    from supervisor.registry import Handler
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -137,31 +140,55 @@ def cmd_handlers_list(args: argparse.Namespace) -> int:
     cfg = _config(args)
     reg = load_registry(cfg.handlers)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "handlers": [
-                        {
-                            "type": h.type,
-                            "argv": list(h.argv),
-                            "source": h.source,
-                            "timeout_seconds": h.timeout_seconds,
-                        }
-                        for h in reg.handlers.values()
-                    ],
-                    "rejected": [r.__dict__ for r in reg.rejected],
-                },
-                indent=2,
-            )
-        )
+        handlers = [
+            {"type": h.type, "argv": list(h.argv), "source": h.source, **_in_force(h)}
+            for h in reg.handlers.values()
+        ]
+        rejected = [r.__dict__ for r in reg.rejected]
+        print(json.dumps({"handlers": handlers, "rejected": rejected}, indent=2))
     else:
         for h in reg.handlers.values():
             print(f"ok        {h.type:<24} {' '.join(h.argv)}")
+            settings = {k: v for k, v in _in_force(h).items() if v not in (None, [], {})}
+            if settings:
+                print(f"          {'':<24} {_settings_text(settings)}")
         for r in reg.rejected:
             print(f"rejected  {r.type:<24} {r.source}: {r.reason}")
         if not reg.handlers and not reg.rejected:
             print("no handlers (pass --handlers PATH)")
     return EXIT_FAILED if reg.rejected else EXIT_OK
+
+
+def _in_force(h: Handler) -> dict[str, Any]:
+    """A handler's settings as they apply; environment variables by name only (secrets)."""
+    from supervisor.isolation import UNLIMITED
+
+    ident = h.identity
+    return {
+        "timeout_seconds": h.timeout_seconds,
+        "user": None if ident is None else f"{ident.user} (uid {ident.uid})",
+        "group": None if ident is None else f"{ident.group} (gid {ident.gid})",
+        "supplementary_groups": None if ident is None else list(ident.groups),
+        "cwd": h.cwd,
+        "umask": None if h.umask is None else f"{h.umask:04o}",
+        "limits": {k: "unlimited" if v == UNLIMITED else v for k, v in h.limits},
+        "concurrency": h.concurrency,
+        "env": sorted(h.env),
+        "pass_env": list(h.pass_env),
+        "env_files": list(h.env_files),
+    }
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    parts = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            parts += [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, list):
+            parts.append(f"{key}={','.join(map(str, value))}")
+        else:
+            parts.append(f"{key}={value}")
+    return "  ".join(parts)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from supervisor.core.model import Outcome, RunStatus, utc_iso
 from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
 from supervisor.faces import AttemptEnded
+from supervisor.isolation import EnvFileError, read_env_files
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.runner import Child
@@ -130,7 +131,8 @@ class Executor:
         # Runs whose child is starting or running: what `concurrency` limits. The in-flight
         # table also holds runs whose result is being recorded (their leases still renew).
         self.running = 0
-        self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+        self.running_by_type: dict[str, int] = {}  # what a handler's `concurrency` limits
+        self._envs: dict[str, dict[str, str]] = {}  # type -> clean environment (isolation.py)
         self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
 
     # ------------------------------------------------------------ capacity and leases
@@ -138,6 +140,14 @@ class Executor:
     @property
     def free_slots(self) -> int:
         return max(0, self.concurrency - self.running)
+
+    def room(self) -> dict[str, int]:
+        """How many more children each type with its own `concurrency` may start now."""
+        return {
+            t: max(0, h.concurrency - self.running_by_type.get(t, 0))
+            for t, h in self.registry.handlers.items()
+            if h.concurrency is not None
+        }
 
     def held(self) -> Collection[int]:
         return self.inflight.keys()
@@ -197,12 +207,14 @@ class Executor:
         old = self.inflight.get(entry.run_id)
         self.inflight[entry.run_id] = entry
         self.running += 1
+        self.running_by_type[entry.type] = self.running_by_type.get(entry.type, 0) + 1
         entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row, old))
 
     def _free_slot(self, entry: InFlight) -> None:
         if not entry.slot_freed:
             entry.slot_freed = True
             self.running -= 1
+            self.running_by_type[entry.type] -= 1
             if self.on_slot_free:
                 self.on_slot_free()
 
@@ -248,9 +260,16 @@ class Executor:
             return not_run(f"no handler registered for type {row.type!r} on this host")
         timeout = row.timeout_seconds or handler.timeout_seconds or DEFAULT_TIMEOUT
         deadline = row.db_now + timedelta(seconds=timeout)
-        env = {
-            **self._base_env,
-            **handler.env,
+        env = self._envs.get(row.type)
+        if env is None:
+            env = self._envs[row.type] = handler.environment(os.environ)
+        env = dict(env)
+        if handler.env_files:  # read at each spawn; a bad file fails this attempt alone
+            try:
+                env.update(await asyncio.to_thread(read_env_files, handler.env_files))
+            except EnvFileError as exc:
+                return not_run(str(exc))
+        env |= {
             "PUNCHCLOCK_RUN_ID": str(row.id),
             "PUNCHCLOCK_JOB_NAME": row.job_name,
             "PUNCHCLOCK_JOB_TYPE": row.type,
@@ -264,6 +283,11 @@ class Executor:
             env=env,
             stdin=json.dumps(row.payload).encode(),
             cwd=handler.cwd,
+            user=None if handler.identity is None else handler.identity.uid,
+            group=None if handler.identity is None else handler.identity.gid,
+            extra_groups=None if handler.identity is None else handler.identity.groups,
+            umask=handler.umask,
+            limits=handler.limits,
             timeout=timeout,
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,

@@ -7,7 +7,7 @@ executor, and app.py hands them the executor itself. Metrics are recorded from
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,10 +15,16 @@ from supervisor.core.records import Claim
 
 
 class Slots(Protocol):
-    """What the claimer needs: room, a way to start a claimed run, and what is held."""
+    """What the claimer needs: room (in all and per type), a way to start a claimed run, and
+    what is held."""
 
     @property
     def free_slots(self) -> int: ...
+
+    def room(self) -> Mapping[str, int]:
+        """For each type whose handler has its own `concurrency`: how many more of its runs
+        may start now. Types not listed are bounded by free_slots alone."""
+        ...
 
     def start(self, row: Claim, claimed_at: float) -> None: ...
 

@@ -1,4 +1,5 @@
-"""The host's handler registry: type name -> command, from TOML files and handler directories.
+"""The host's handler registry: type name -> command and how it runs (identity, environment,
+limits, concurrency: validated by isolation.py), from TOML files and handler directories.
 
 Handlers are registered on each host, never through the API: the API can only name a type.
 Bad entries are collected as `Rejected` with a reason instead of stopping the host, so
@@ -7,15 +8,24 @@ Bad entries are collected as `Rejected` with a reason instead of stopping the ho
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor import isolation
 from supervisor.core.model import TYPE, TYPE_RULE
+from supervisor.isolation import Identity
 
-_KEYS = {"command", "shell", "timeout_seconds", "cwd", "env"}
+_IDENTITY_KEYS = {"user", "group", "supplementary_groups"}
+_ENV_KEYS = {"env", "pass_env", "env_files"}
+_KEYS = {
+    "command", "shell", "timeout_seconds", "cwd", "umask", "concurrency",
+    *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
+}  # fmt: skip
 _IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}
 
 
@@ -25,8 +35,18 @@ class Handler:
     argv: tuple[str, ...]
     source: str
     cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # values may be secrets
     timeout_seconds: float | None = None
+    identity: Identity | None = None  # run as this user; None: as the supervisor
+    umask: int | None = None
+    limits: tuple[tuple[str, int], ...] = ()  # (isolation.RLIMITS key, value or UNLIMITED)
+    concurrency: int | None = None  # children of this type at once here; None: any slot
+    pass_env: tuple[str, ...] = ()  # names copied from the supervisor's environment
+    env_files: tuple[str, ...] = ()  # KEY=VALUE files read at each spawn
+
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The child's environment before env_files and the run variables."""
+        return isolation.clean_env(self.identity, self.pass_env, self.env, environ)
 
 
 @dataclass(frozen=True)
@@ -55,17 +75,31 @@ class Registry:
         self.handlers[handler.type] = handler
 
 
-def load_registry(paths: list[str] | tuple[str, ...]) -> Registry:
+def load_registry(
+    paths: list[str] | tuple[str, ...],
+    *,
+    switch_problem: Callable[[], str | None] = isolation.identity_switch_problem,
+    environ: Mapping[str, str] = os.environ,
+) -> Registry:
+    """`switch_problem` says why this process cannot run a child as another user (None: it
+    can); asked once, only if a handler sets `user`."""
     reg = Registry()
+    host = _Host(functools.cache(switch_problem), environ)
     for p in paths:
         path = Path(p)
         if path.is_dir():
             _load_dir(reg, path)
         elif path.is_file():
-            _load_toml(reg, path)
+            _load_toml(reg, path, host)
         else:
             reg.rejected.append(Rejected(str(path), "*", "no such file or directory"))
     return reg
+
+
+@dataclass(frozen=True)
+class _Host:
+    switch_problem: Callable[[], str | None]
+    environ: Mapping[str, str]
 
 
 def _executable_problem(path: Path) -> str | None:
@@ -93,7 +127,7 @@ def _load_dir(reg: Registry, directory: Path) -> None:
         reg.add(Handler(type_name, (str(path.resolve()),), str(path)))
 
 
-def _load_toml(reg: Registry, path: Path) -> None:
+def _load_toml(reg: Registry, path: Path, host: _Host) -> None:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -109,12 +143,12 @@ def _load_toml(reg: Registry, path: Path) -> None:
     for type_name, spec in tables.items():
         source = f"{path}[handlers.{type_name}]"
         try:
-            reg.add(_parse_entry(type_name, spec, source, path.parent))
+            reg.add(_parse_entry(type_name, spec, source, path.parent, host))
         except ValueError as exc:
             reg.rejected.append(Rejected(source, type_name, str(exc)))
 
 
-def _parse_entry(type_name: str, spec: Any, source: str, base: Path) -> Handler:
+def _parse_entry(type_name: str, spec: Any, source: str, base: Path, host: _Host) -> Handler:
     if not TYPE.fullmatch(type_name):
         raise ValueError(f"type name {TYPE_RULE}")
     if not isinstance(spec, dict):
@@ -149,9 +183,42 @@ def _parse_entry(type_name: str, spec: Any, source: str, base: Path) -> Handler:
     cwd = spec.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not Path(cwd).is_dir()):
         raise ValueError(f"cwd {cwd!r} is not a directory")
-    env = spec.get("env", {})
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise ValueError("env must be a table of strings")
-    return Handler(type_name, argv, source, cwd, dict(env), timeout)
+    return Handler(
+        type_name,
+        argv,
+        source,
+        cwd,
+        isolation.check_env_table(spec.get("env", {})),
+        timeout,
+        identity=_identity(spec, host),
+        umask=None if "umask" not in spec else isolation.parse_umask(spec["umask"]),
+        limits=tuple(
+            (key, isolation.parse_limit(key, spec[key])) for key in isolation.RLIMITS if key in spec
+        ),
+        concurrency=_concurrency(spec.get("concurrency")),
+        pass_env=isolation.parse_env_names("pass_env", spec.get("pass_env", [])),
+        env_files=isolation.parse_env_files(spec.get("env_files", []), base, host.environ),
+    )
+
+
+def _identity(spec: dict[str, Any], host: _Host) -> Identity | None:
+    if "user" not in spec:
+        extra = sorted(_IDENTITY_KEYS & set(spec))
+        if extra:
+            raise ValueError(f"{extra[0]}: set user too (a handler runs as a whole identity)")
+        return None
+    identity = isolation.resolve_identity(
+        spec["user"], spec.get("group"), spec.get("supplementary_groups")
+    )
+    problem = host.switch_problem()
+    if problem:  # fail closed: never run it as the supervisor's user instead
+        raise ValueError(f"user: cannot run as {identity.user!r}: {problem}")
+    return identity
+
+
+def _concurrency(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("concurrency must be a positive integer")
+    return value

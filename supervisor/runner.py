@@ -111,7 +111,16 @@ class Child:
             if spec.kill_by is not None:
                 self.keeper.announce(self.child_id, spec.kill_by)
         try:
-            proc = start_process(spec.argv, env, spec.cwd)
+            proc = start_process(
+                spec.argv,
+                env,
+                spec.cwd,
+                user=spec.user,
+                group=spec.group,
+                extra_groups=spec.extra_groups,
+                umask=spec.umask,
+                limits=spec.limits,
+            )
         except (OSError, ValueError) as exc:
             if self.keeper is not None:
                 self.keeper.unregister(0, self.child_id)

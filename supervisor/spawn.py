@@ -1,7 +1,8 @@
 """Starting one handler process: own session, pipes on 0-2, the child's own PATH.
 
 `os.posix_spawn` (vfork + exec and the environment conversion in C, half of Popen's parent
-CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd. Watching,
+CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd, another
+identity or a umask, with prlimit(1) in front when it has rlimits (isolation.py). Watching,
 output and killing belong to runner.py.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import functools
 import io
@@ -18,7 +20,10 @@ import subprocess
 import sys
 from typing import NamedTuple, cast
 
+from supervisor import isolation
+
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 
 class Started(NamedTuple):
@@ -29,13 +34,29 @@ class Started(NamedTuple):
     popen: subprocess.Popen[bytes] | None  # only when Popen started it
 
 
-def start_process(argv: list[str], env: dict[str, str], cwd: str | None) -> Started:
+def start_process(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    *,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: tuple[int, ...] | None = None,
+    umask: int | None = None,
+    limits: tuple[tuple[str, int], ...] = (),
+) -> Started:
     """Start `argv` in a new session with pipes on 0-2. Raises OSError or ValueError."""
     if not argv:
         raise ValueError("empty command")
-    if cwd is None and _posix_spawn_ready():
+    confined = user is not None or group is not None or umask is not None or limits
+    _drop_ambient_caps()
+    if cwd is None and not confined and _posix_spawn_ready():
         return _posix_spawn(argv, env)
-    # No preexec_fn, so CPython can use vfork; an own session gives an own group.
+    if limits:
+        # Resolved here, so a missing command is a spawn error, not prlimit's exit 127.
+        argv = [*isolation.limit_argv(limits), _executable(argv[0], env.get("PATH")), *argv[1:]]
+    # No preexec_fn: the identity switch and umask are Popen's own (in C, after the fork);
+    # CPython uses vfork unless an identity is set. An own session gives an own group.
     popen = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -46,6 +67,10 @@ def start_process(argv: list[str], env: dict[str, str], cwd: str | None) -> Star
         start_new_session=True,
         close_fds=True,
         bufsize=0,
+        user=user,
+        group=group,
+        extra_groups=None if extra_groups is None else list(extra_groups),
+        umask=-1 if umask is None else umask,
     )
     # bufsize=0: unbuffered FileIO objects, like _posix_spawn's
     stdin, stdout, stderr = (cast(io.FileIO, f) for f in (popen.stdin, popen.stdout, popen.stderr))
@@ -62,6 +87,20 @@ def spawn_error_text(argv: list[str], cwd: str | None, exc: Exception) -> str:
             return f"cannot change to directory {cwd!r}: {detail}"
         return f"cannot execute {argv[0]!r}: {detail}"
     return f"cannot execute {argv[0]!r}: {exc}"
+
+
+@functools.cache
+def _drop_ambient_caps() -> None:
+    """Once, before the first handler: clear this process's ambient capabilities. A
+    supervisor granted AmbientCapabilities= (deploy/README.md) keeps them in its effective set
+    for the identity switch, but its children would inherit them across exec, and a handler
+    holding CAP_SETUID is root. The keeper, started before any handler, keeps CAP_KILL."""
+    if (isolation.ambient_caps() or 0) == 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot clear ambient capabilities: {os.strerror(err)}")
 
 
 @functools.cache

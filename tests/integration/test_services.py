@@ -46,6 +46,9 @@ class RecordingSlots:
     def free_slots(self) -> int:
         return self.free - len(self.started)
 
+    def room(self) -> dict[str, int]:
+        return {}
+
     def start(self, row: Claim, claimed_at: float) -> None:
         self.started.append(row)
 

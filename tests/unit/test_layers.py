@@ -23,12 +23,13 @@ SERVICES = {
     "fence",
     "heartbeater",
     "listener",
+    "notifier",
     "planner",
     "pruner",
     "reaper",
 }
 DAEMON = {
-    "child", "executor", "faces", "keeper", "keeperd", "lease", "loop", "orphans", "output",
+    "child", "executor", "faces", "isolation", "keeper", "keeperd", "lease", "loop", "orphans", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "cli", "instruments"}
