@@ -88,6 +88,26 @@ class Unserved:
     type: str
 
 
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A run on a job's timeline."""
+
+    id: int
+    scheduled_at: datetime
+    status: RunStatus
+    skip_reason: str | None
+    trigger: str
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    id: int
+    scheduled_at: datetime
+    status: RunStatus
+    seconds: float
+
+
 class Dashboard(Queries):
     """The `ui_*` queries."""
 
@@ -113,6 +133,28 @@ class Dashboard(Queries):
 
     async def ui_job_types(self) -> list[str]:
         return [r["type"] for r in await self._fetch("ui_job_types")]
+
+    async def ui_job_timeline(
+        self, job_id: int, start: datetime, end: datetime, limit: int
+    ) -> list[Mark]:
+        rows = await self._fetch("ui_job_timeline", job_id, start, end, limit)
+        return [
+            Mark(
+                r["id"],
+                r["scheduled_at"],
+                RunStatus(r["status"]),
+                r["skip_reason"],
+                r["trigger"],
+                r["last_error"],
+            )
+            for r in rows
+        ]
+
+    async def ui_job_durations(self, job_id: int, limit: int) -> list[Duration]:
+        rows = await self._fetch("ui_job_durations", job_id, limit)
+        return [
+            Duration(r["id"], r["scheduled_at"], RunStatus(r["status"]), r["seconds"]) for r in rows
+        ]
 
     # ------------------------------------------------------------ overview
 

@@ -126,3 +126,27 @@ WHERE NOT j.paused AND j.deleted_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM workers w WHERE worker_is_live(w) AND j.type = ANY (w.types))
 ORDER BY j.name
 LIMIT $1::int;
+
+-- ---------------------------------------------------------------- job detail
+-- Both read one job's range of runs_job_history (job_id, scheduled_at DESC, id DESC).
+
+-- name: ui_job_timeline
+-- Job $1's runs scheduled in [$2, $3], latest first, at most $4 (the timeline's marks).
+SELECT r.id, r.scheduled_at, r.status::text AS status, r.skip_reason, r.trigger::text AS trigger,
+       r.last_error
+FROM runs r
+WHERE r.job_id = $1::bigint AND r.scheduled_at >= $2::timestamptz
+  AND r.scheduled_at <= $3::timestamptz
+ORDER BY r.scheduled_at DESC, r.id DESC
+LIMIT $4::int;
+
+-- name: ui_job_durations
+-- Job $1's latest $2 ended runs (due by now) with how long their last attempt ran.
+SELECT r.id, r.scheduled_at, r.status::text AS status,
+       EXTRACT(EPOCH FROM (r.finished_at - r.started_at))::float8 AS seconds
+FROM runs r
+WHERE r.job_id = $1::bigint AND r.scheduled_at <= now()
+  AND r.status IN ('succeeded', 'failed', 'dead')
+  AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
+ORDER BY r.scheduled_at DESC, r.id DESC
+LIMIT $2::int;
