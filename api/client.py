@@ -222,6 +222,20 @@ def jobs_trigger(args: argparse.Namespace) -> int:
     return _out(args, data, fmt.run_card)
 
 
+def jobs_backfill(args: argparse.Namespace) -> int:
+    api = _client(args)
+    job_id = _job_id(api, args.job)
+    body = {"from": args.from_, "to": args.to, "dry_run": args.dry_run}
+    return _out(args, api.call("POST", f"/v1/jobs/{job_id}/backfill", body=body), _backfilled)
+
+
+def _backfilled(d: dict[str, Any]) -> str:
+    head = f"job {d['job_id']}, {d['from']} to {d['to']}: {d['instants']} instant(s),"
+    if d["dry_run"]:
+        return f"{head} {d['missing']} without a run (dry run: nothing created)"
+    return f"{head} {d['missing']} without a run; created {d['created']} backfill run(s)"
+
+
 # ---------------------------------------------------------------- runs
 
 
@@ -338,6 +352,13 @@ def register_client_commands(sub: Any) -> None:
     p.add_argument("job", help="job id or name")
     p.add_argument("--payload", help="JSON object replacing the job's payload for this run")
     p.add_argument("--idempotency-key", help="a retried trigger with this key is not repeated")
+    p = _leaf(
+        jsub, "backfill", "run the instants in [--from, --to) that have no run", jobs_backfill
+    )
+    p.add_argument("job", help="job id or name")
+    p.add_argument("--from", dest="from_", required=True, help="ISO-8601 instant with an offset")
+    p.add_argument("--to", required=True, help="ISO-8601 instant with an offset, by now")
+    p.add_argument("--dry-run", action="store_true", help="only count the instants without a run")
 
     runs = sub.add_parser("runs", help="inspect, requeue and cancel runs through the API")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")

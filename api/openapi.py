@@ -202,6 +202,30 @@ PATHS: J = {
             ),
         },
     },
+    "/v1/jobs/{id}/backfill": {
+        "parameters": [PATH_ID],
+        "post": {
+            "operationId": "backfillJob",
+            "summary": "Run the job's instants in [from, to) that have no run (trigger backfill)",
+            "description": "At most 1000 instants in the window (422 naming `to` beyond), which"
+            " must end by now. The runs are due at once; dry_run=true only counts them.",
+            "requestBody": body(
+                obj(
+                    {"from": TIME, "to": TIME, "dry_run": {**BOOL, "default": False}},
+                    required=["from", "to"],
+                )
+            ),
+            "responses": responses(
+                {
+                    201: ("the runs created", ref("Backfill")),
+                    200: ("dry run: what a backfill would create", ref("Backfill")),
+                },
+                400,
+                404,
+                413,
+            ),
+        },
+    },
     "/v1/runs": {
         "get": {
             "operationId": "listRuns",

@@ -224,6 +224,18 @@ PROBLEM = obj(
     },
     required=["type", "title", "status", "detail"],
 )
+BACKFILL = obj(
+    {
+        "job_id": ID,
+        "from": TIME,
+        "to": TIME,
+        "dry_run": BOOL,
+        "instants": {**INT, "description": "the schedule's instants in [from, to)"},
+        "missing": {**INT, "description": "of those, the ones with no run before this request"},
+        "created": {**INT, "description": "runs created (0 on a dry run)"},
+        "run_ids": {"type": "array", "items": ID},
+    }
+)
 SCHEMAS: J = {
     "Problem": PROBLEM,
     "JobCreate": obj(JOB_FIELDS, required=["name", "type"]),
@@ -240,4 +252,5 @@ SCHEMAS: J = {
     "RunDetail": RUN_DETAIL,
     "Attempt": ATTEMPT,
     "Worker": WORKER,
+    "Backfill": BACKFILL,
 }

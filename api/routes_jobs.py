@@ -1,5 +1,6 @@
 """/v1/jobs and /v1/schedule/preview: create, list, show, update, delete, pause, resume,
-trigger, and the schedule preview. Validation is supervisor.core.jobspec's (shared with the CLI)."""
+trigger, backfill, and the schedule preview. Validation is supervisor.core.jobspec's (shared
+with the CLI)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,17 @@ async def trigger_job(request: web.Request) -> web.Response:
     assert row is not None
     data = views.run_detail(row, await s.list_run_attempts(run_id))
     return _json(data, 201 if created else 200, {"Location": f"/v1/runs/{run_id}"})
+
+
+@routes.post(JOB + "/backfill")
+async def backfill_job(request: web.Request) -> web.Response:
+    """Runs at the instants in [from, to) that have none; dry_run counts them only."""
+    no_query(request)
+    job_id = path_id(request, "job")
+    body = await read_json(request, config(request).api_max_body, required=True)
+    start, end, dry_run = jobs.validate_backfill(body)
+    done = await jobs.backfill(store(request), job_id, start, end, dry_run)
+    return _json(views.backfill(job_id, done, dry_run), 200 if dry_run else 201)
 
 
 @routes.get("/v1/schedule/preview")

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from supervisor.core import schedule
 from supervisor.core.domain import Job, JobSchedule, UnloadableSchedule
+from supervisor.core.jobs import Backfill
 from supervisor.core.model import utc_iso
 from supervisor.core.records import Attempt, Run, Worker
 
@@ -73,6 +74,19 @@ def job(j: Job) -> dict[str, Any]:
 
 def job_detail(j: Job, after: datetime, warnings: list[str]) -> dict[str, Any]:
     return {**job(j), "next": next_instants(j.spec.schedule, after), "warnings": warnings}
+
+
+def backfill(job_id: int, b: Backfill, dry_run: bool) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "from": iso(b.start),
+        "to": iso(b.end),
+        "dry_run": dry_run,
+        "instants": b.instants,
+        "missing": len(b.missing),
+        "created": len(b.created),
+        "run_ids": b.created,
+    }
 
 
 def run(r: Run) -> dict[str, Any]:

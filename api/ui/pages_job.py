@@ -58,11 +58,19 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "reason": job.pause_reason,
         "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True),
         "back": request.path,
+        "notice": _notice(request),
         "timeline": await _timeline(request, job, now),
         "durations": svg.durations(recent, f"{PREFIX}runs/") if recent else None,
         **await _runs_page(request, job_id),
     }
     return render(request, "job.html", context)
+
+
+def _notice(request: web.Request) -> str | None:
+    if request.query.get("done") != "backfilled":
+        return None
+    n = request.query.get("n", "?")
+    return f"Backfilled: created {n} run{'' if n == '1' else 's'}, due now."
 
 
 async def _timeline(request: web.Request, job: Job, now: datetime) -> svg.Timeline:

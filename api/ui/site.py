@@ -35,6 +35,7 @@ UI_LIMITS = web.AppKey("ui_limits", PlanLimits)
 def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> web.Application:
     from api.ui import (
         pages_auth,
+        pages_backfill,
         pages_edit,
         pages_job,
         pages_jobs,
@@ -61,6 +62,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     for module in (
         pages_auth,
         pages_overview,
+        pages_backfill,
         pages_edit,
         pages_jobs,
         pages_job,

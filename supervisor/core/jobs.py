@@ -6,29 +6,36 @@ replans in the same transaction. Validation (body -> JobSpec) is jobspec.py's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from supervisor.core.channels import set_job_notify
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
-from supervisor.core.jobspec import validate_job, validate_trigger
+from supervisor.core.jobspec import checked_instant, validate_job, validate_trigger
 from supervisor.core.model import Overlap
 from supervisor.core.planning import PlanLimits, plan_jobs
+from supervisor.core.schedule import parse_instant
 from supervisor.core.store import Store
 
 # The API's entry points, re-exported so callers need one module for a whole request.
 __all__ = [
+    "Backfill",
     "InvalidSpecs",
+    "backfill",
     "create_job",
     "delete_job",
     "job_warnings",
     "set_paused",
     "trigger_job",
     "update_job",
+    "validate_backfill",
     "validate_job",
     "validate_pause",
     "validate_trigger",
 ]
+MAX_BACKFILL = 1000  # instants in one backfill window
 MAX_PAUSE_REASON = 500  # the jobs_pause_reason_length constraint (migration 0004)
 
 # ---------------------------------------------------------------- operations
@@ -163,3 +170,77 @@ async def job_warnings(store: Store, spec: JobSpec) -> list[str]:
     if spec.paused:
         warnings.append("paused: the job is paused; its runs wait until it is resumed")
     return warnings
+
+
+# ---------------------------------------------------------------- backfill
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """A backfill window's instants, those without a run, and the runs created for them."""
+
+    start: datetime
+    end: datetime
+    instants: int  # the schedule's instants in [start, end)
+    missing: list[datetime]  # those with no run (before this backfill)
+    created: list[int]  # the runs created (none on a dry run)
+
+
+def validate_backfill(body: Any) -> tuple[datetime, datetime, bool]:
+    """{"from", "to", "dry_run"?} -> (start, end, dry_run): instants with an offset, from < to."""
+    if not isinstance(body, dict):
+        raise InvalidSpecs([InvalidSpec("body", "must be a JSON object")])
+    errors = [
+        InvalidSpec(k, "unknown field") for k in sorted(set(body) - {"from", "to", "dry_run"})
+    ]
+    when: dict[str, datetime] = {}
+    for name in ("from", "to"):
+        value = body.get(name)
+        if not isinstance(value, str):
+            errors.append(InvalidSpec(name, "is required: an ISO-8601 instant with a UTC offset"))
+            continue
+        try:
+            when[name] = checked_instant(parse_instant(value, name), name, value)
+        except InvalidSpec as exc:
+            errors.append(exc)
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        errors.append(InvalidSpec("dry_run", "must be true or false"))
+    if len(when) == 2 and when["from"] >= when["to"]:
+        errors.append(InvalidSpec("to", "must be after from"))
+    if errors:
+        raise InvalidSpecs(errors)
+    return when["from"], when["to"], bool(dry_run)
+
+
+async def backfill(
+    store: Store, job_id: int, start: datetime, end: datetime, dry_run: bool
+) -> Backfill:
+    """Runs (trigger 'backfill', due now) at the job's instants in [start, end) that have no
+    run; at most MAX_BACKFILL instants in the window, which must not reach past now. A
+    paused job's runs wait for the resume, like its other runs."""
+    async with store.transaction() as tx:
+        job = await tx.lock_job(job_id)  # a schedule change waits for this backfill
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if end > await tx.now():
+            raise InvalidSpecs(
+                [InvalidSpec("to", "must not be after now: the planner runs what lies ahead")]
+            )
+        tiny = timedelta(microseconds=1)
+        instants = job.spec.schedule.between(start - tiny, end - tiny, MAX_BACKFILL + 1)
+        if len(instants) > MAX_BACKFILL:
+            raise InvalidSpecs(
+                [
+                    InvalidSpec(
+                        "to",
+                        f"the window holds more than {MAX_BACKFILL} instants of the schedule;"
+                        " end it sooner",
+                    )
+                ]
+            )
+        missing = await tx.backfill_holes(job_id, instants) if instants else []
+        created = [] if dry_run or not missing else await tx.insert_backfill_runs(job_id, missing)
+        if created:
+            await tx.notify_wake()
+    return Backfill(start, end, len(instants), missing, created)

@@ -69,6 +69,7 @@ class Overlap(StrEnum):
 class Trigger(StrEnum):
     SCHEDULE = "schedule"
     MANUAL = "manual"
+    BACKFILL = "backfill"  # by a backfill of instants that had no run (migration 0007)
 
 
 class SkipReason(StrEnum):

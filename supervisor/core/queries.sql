@@ -650,3 +650,19 @@ LIMIT $2::int;
 UPDATE jobs SET pause_reason = $2::text
 WHERE id = $1::bigint AND deleted_at IS NULL AND paused
 RETURNING *;
+
+-- name: backfill_holes
+-- Of the instants $2, those job $1 has no run at (runs_job_scheduled_at), in order.
+SELECT t.at FROM unnest($2::timestamptz[]) AS t(at)
+WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = $1::bigint AND r.scheduled_at = t.at)
+ORDER BY t.at;
+
+-- name: insert_backfill_runs
+-- Runs of job $1 at the instants $2, due now, trigger 'backfill'; an instant that has a run
+-- by now is left alone.
+INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, exclusive, max_attempts)
+SELECT j.id, t.at, now(), 'backfill', j.type, j.overlap <> 'allow', j.max_attempts
+FROM jobs j, unnest($2::timestamptz[]) AS t(at)
+WHERE j.id = $1::bigint AND j.deleted_at IS NULL
+ON CONFLICT DO NOTHING
+RETURNING id;

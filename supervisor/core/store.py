@@ -85,6 +85,13 @@ class Store(History):
     async def set_job_paused(self, job_id: int, paused: bool) -> Job | None:
         return _job(await self._fetchrow("set_job_paused", job_id, paused))
 
+    async def backfill_holes(self, job_id: int, instants: list[datetime]) -> list[datetime]:
+        """Of `instants`, those the job has no run at."""
+        return [r["at"] for r in await self._fetch("backfill_holes", job_id, instants)]
+
+    async def insert_backfill_runs(self, job_id: int, instants: list[datetime]) -> list[int]:
+        return [r["id"] for r in await self._fetch("insert_backfill_runs", job_id, instants)]
+
     async def set_pause_reason(self, job_id: int, reason: str | None) -> Job | None:
         """A paused job's reason (None: none); None when it is not a live paused job."""
         return _job(await self._fetchrow("set_pause_reason", job_id, reason))
