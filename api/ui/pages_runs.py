@@ -108,6 +108,10 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         "tabs": tabs,
         "next_url": next_url,
         "first_url": f"{PREFIX}runs?{urlencode(here)}" if token else None,
+        "requeue_url": f"{PREFIX}runs/requeue?{urlencode(here)}",
+        "notice": f"Requeued {q.get('n', '?')} runs: they are due now."
+        if q.get("done") == "requeued_bulk"
+        else None,
     }
     return render(request, "runs.html", context)
 

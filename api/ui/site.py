@@ -36,6 +36,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     from api.ui import (
         pages_auth,
         pages_backfill,
+        pages_bulk,
         pages_edit,
         pages_job,
         pages_jobs,
@@ -62,6 +63,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     for module in (
         pages_auth,
         pages_overview,
+        pages_bulk,
         pages_backfill,
         pages_edit,
         pages_jobs,

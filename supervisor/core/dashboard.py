@@ -156,6 +156,16 @@ class Dashboard(Queries):
             Duration(r["id"], r["scheduled_at"], RunStatus(r["status"]), r["seconds"]) for r in rows
         ]
 
+    async def ui_count_requeueable(
+        self,
+        statuses: list[str],
+        job_name: str | None,
+        scheduled: tuple[datetime, datetime],
+        finished: tuple[datetime | None, datetime | None],
+    ) -> int:
+        n = await self._fetchval("ui_count_requeueable", statuses, job_name, *scheduled, *finished)
+        return int(n)
+
     # ------------------------------------------------------------ overview
 
     async def ui_open_counts(self) -> OpenCounts:

@@ -150,3 +150,17 @@ WHERE r.job_id = $1::bigint AND r.scheduled_at <= now()
   AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
 ORDER BY r.scheduled_at DESC, r.id DESC
 LIMIT $2::int;
+
+-- ---------------------------------------------------------------- runs
+
+-- name: ui_count_requeueable
+-- How many runs a bulk requeue with these filters would move (requeue_runs's WHERE): runs of
+-- statuses $1 (dead, failed) of live jobs named $2 (NULL: any), scheduled in [$3, $4),
+-- finished in [$5, $6) (NULL: open). One status at a time from runs_status_history.
+SELECT count(*) AS n FROM runs r JOIN jobs j ON j.id = r.job_id
+WHERE j.deleted_at IS NULL
+  AND r.status = ANY ($1::run_status[]) AND r.status IN ('dead', 'failed')
+  AND ($2::text IS NULL OR j.name = $2::text)
+  AND r.scheduled_at >= $3::timestamptz AND r.scheduled_at < $4::timestamptz
+  AND ($5::timestamptz IS NULL OR r.finished_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR r.finished_at < $6::timestamptz);

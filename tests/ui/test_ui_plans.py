@@ -24,6 +24,11 @@ CASES = [
     # A job's page: its timeline and durations read its range of runs_job_history.
     ("ui_job_timeline", "{job}, now() - interval '7 days', now() + interval '1 day', 2000"),
     ("ui_job_durations", "{job}, 60"),
+    # The runs page's bulk requeue count.
+    (
+        "ui_count_requeueable",
+        "'{{dead}}', 'job-05000', '-infinity', 'infinity', NULL, NULL",
+    ),
 ]
 
 

@@ -1,0 +1,56 @@
+"""Bulk requeue from the runs page: the dead runs matching its filters (or the failed and
+dead ones the status filter names) run again. The GET counts them and asks; the POST (CSRF,
+admin) moves them through runs.requeue_runs, the API's own bulk requeue."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from api.ui.guard import PREFIX, Refused, redirect
+from api.ui.pages_runs import KEPT, filters
+from api.ui.site import dash, is_admin, render, store
+from supervisor.core import runs
+from supervisor.core.runs import RunFilters
+
+routes = web.RouteTableDef()
+
+
+def _chosen(q: Any) -> tuple[RunFilters, list[tuple[str, str]]]:
+    """The filters as requeue reads them (history, dead unless dead/failed are named) and
+    the query that reproduces the list."""
+    f = filters(q)
+    wanted = [s for s in f.statuses if s in runs.REQUEUEABLE]
+    statuses = tuple(sorted(set(wanted))) if f.statuses else ("dead",)
+    here = [(k, v) for k, v in q.items() if k in KEPT and v and k != "tab"]
+    return replace(f, statuses=statuses, upcoming=False), here
+
+
+@routes.get("/runs/requeue")
+async def confirm(request: web.Request) -> web.StreamResponse:
+    f, here = _chosen(request.query)
+    n = 0
+    if f.statuses:
+        n = await dash(request).ui_count_requeueable(
+            list(f.statuses), f.job_name, f.scheduled, f.finished
+        )
+    context = {
+        "count": n,
+        "statuses": f.statuses,
+        "hidden": here,
+        "back": f"{PREFIX}runs?{urlencode(here)}",
+    }
+    return render(request, "runs_requeue.html", context)
+
+
+@routes.post("/runs/requeue")
+async def requeue(request: web.Request) -> web.StreamResponse:
+    if not is_admin(request):  # the gate refuses it already; this keeps the rule local
+        raise Refused(403, "Only an admin session can requeue runs.")
+    form = await request.post()
+    f, here = _chosen(form)
+    moved = await runs.requeue_runs(store(request), f) if f.statuses else 0
+    return redirect(f"{PREFIX}runs?{urlencode([*here, ('done', 'requeued_bulk'), ('n', moved)])}")
