@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.core.events import SUBSCRIBABLE
+from supervisor.core.exitpolicy import NAMED
 from supervisor.core.model import (
     MAX_ID,
     NAME_PATTERN,
@@ -63,6 +64,29 @@ RETRY = obj(
     },
     required=[],
 )
+EXIT_STATUS: J = {"type": "integer", "minimum": 0, "maximum": 255}
+ENDING: J = {"oneOf": [EXIT_STATUS, {"type": "string", "enum": list(NAMED)}]}
+ENDINGS: J = {"type": "array", "items": ENDING, "uniqueItems": True}
+# The exit-code policy (handlers/README.md): in requests and in the job view alike.
+POLICY_FIELDS: J = {
+    "success_exit_codes": {
+        "type": "array",
+        "items": EXIT_STATUS,
+        "minItems": 1,
+        "description": "exit statuses that count as success (default [0])",
+    },
+    "dead_on": {
+        **ENDINGS,
+        "description": "endings that make the run dead at once (default [65]): exit statuses,"
+        " signal, timeout, oom_killed",
+    },
+    "retry_on": null(
+        {
+            **ENDINGS,
+            "description": "the only endings retried; null (default): every failure not in dead_on",
+        }
+    ),
+}
 JOB_FIELDS: J = {
     "name": {"type": "string", "pattern": NAME},
     "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
@@ -95,6 +119,7 @@ JOB_FIELDS: J = {
     "catchup_window_seconds": {"type": "number", "minimum": 0, "maximum": 2592000},
     "overlap": enum(Overlap),
     "paused": BOOL,
+    **POLICY_FIELDS,
     "notify": {
         "type": "array",
         "maxItems": 20,
@@ -123,6 +148,7 @@ JOB = obj(
         "overlap": enum(Overlap),
         "paused": BOOL,
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
+        **POLICY_FIELDS,
         "created_at": TIME,
         "updated_at": TIME,
     }

@@ -67,6 +67,7 @@ def job(j: Job) -> dict[str, Any]:
         "overlap": str(spec.overlap),
         "paused": spec.paused,
         "pause_reason": j.pause_reason,
+        **spec.exit_policy.view(),
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }

@@ -324,6 +324,7 @@ class Executor:
             max_attempts=row.max_attempts,
             retry_base=row.retry_base_seconds,
             retry_cap=row.retry_cap_seconds,
+            policy=row.exit_policy,
         )
 
     def _finished(

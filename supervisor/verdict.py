@@ -1,6 +1,7 @@
 """What a finished child means for its run: how the attempt ended (attempt_outcome, one
-vocabulary for the database, the logs and the metrics), what the run becomes, and when it is
-tried again. Pure: no I/O, no clock but what it is given.
+vocabulary for the database, the logs and the metrics), what the run becomes under the job's
+exit-code policy (exitpolicy.py), and when it is tried again. Pure: no I/O, no clock but
+what it is given.
 """
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from __future__ import annotations
 import random
 
 from supervisor.child import ChildEnd, ChildResult
+from supervisor.core.exitpolicy import DEFAULT_POLICY, SIGNAL, TIMEOUT, ExitPolicy
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion
 
-EXIT_PERMANENT = 65  # EX_DATAERR: the handler says retrying cannot help -> dead at once
 ERROR_STDERR_CHARS = 2000
 KEEPER_KILLED = "killed by the keeper: the lease was not renewed in time"
 
@@ -41,6 +42,15 @@ def not_run(error: str) -> ChildResult:
     return ChildResult.not_started(error)
 
 
+def _ending(result: ChildResult, code: int | None) -> str | None:
+    """The policy's name for how the handler itself ended; None when we ended it."""
+    if result.outcome is ChildEnd.TIMED_OUT:
+        return TIMEOUT
+    if result.outcome is ChildEnd.FAILED:
+        return str(code) if code is not None else SIGNAL if result.signal else None
+    return None
+
+
 def verdict(
     run_id: int,
     lease_token: int,
@@ -52,20 +62,27 @@ def verdict(
     max_attempts: int,
     retry_base: float,
     retry_cap: float,
+    policy: ExitPolicy = DEFAULT_POLICY,
 ) -> Completion:
     """The fenced completion for `result`. `lease_gone`: lost or self-fenced while it ran;
     `keeper_killed`: SIGKILLed after the keeper's kill-by deadline (our loop stood still)."""
     outcome, error = ATTEMPT_OUTCOME[result.outcome], result.error
+    code = result.exit_code if result.outcome in (ChildEnd.SUCCEEDED, ChildEnd.FAILED) else None
+    if code is not None and code in policy.success_exit_codes:
+        outcome, error = Outcome.SUCCEEDED, None
+    elif outcome is Outcome.SUCCEEDED:  # exit 0, which this job does not count as success
+        outcome, error = Outcome.FAILED, f"exited with status {code}: not a success exit code"
+    ending = _ending(result, code)
     if keeper_killed:
         outcome, error = Outcome.LEASE_LOST, KEEPER_KILLED
-    if lease_gone:
-        outcome = Outcome.LEASE_LOST
+    if lease_gone or keeper_killed:
+        outcome, ending = Outcome.LEASE_LOST, None  # ours, not the handler's: retried
     if error and result.stderr_tail:
         error = f"{error}\nstderr: {result.stderr_tail[-ERROR_STDERR_CHARS:]}"
     retry_in = 0.0
     if outcome == Outcome.SUCCEEDED:
         status = RunStatus.SUCCEEDED
-    elif result.exit_code == EXIT_PERMANENT or attempts >= max_attempts:
+    elif (ending is not None and not policy.retries(ending)) or attempts >= max_attempts:
         status = RunStatus.DEAD
     else:
         status = RunStatus.FAILED

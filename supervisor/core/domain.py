@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from supervisor.core import schedule
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.events import NotifyRule
+from supervisor.core.exitpolicy import DEFAULT_POLICY, ExitPolicy
 from supervisor.core.model import Catchup, Overlap
 from supervisor.core.schedule import CronSchedule, OneOffSchedule
 
@@ -99,6 +100,7 @@ class JobSpec:
     catchup_window_seconds: float = 3600.0
     overlap: Overlap = Overlap.ALLOW
     paused: bool = False
+    exit_policy: ExitPolicy = DEFAULT_POLICY  # which endings succeed, end the run, are retried
     # Its notify list (channels.py stores it beside the job); None: not given, unchanged.
     notify: tuple[NotifyRule, ...] | None = None
 
@@ -152,6 +154,9 @@ class Job:
             catchup_window_seconds=row["catchup_window_seconds"],
             overlap=Overlap(row["overlap"]),
             paused=row["paused"],
+            exit_policy=ExitPolicy.from_columns(
+                row["success_exit_codes"], row["dead_on"], row["retry_on"]
+            ),
         )
         return cls(
             id=row["id"],

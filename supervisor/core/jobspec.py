@@ -15,6 +15,8 @@ from supervisor.core import schedule
 from supervisor.core.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.events import parse_notify
+from supervisor.core.exitpolicy import FIELDS as POLICY_FIELDS
+from supervisor.core.exitpolicy import parse_policy
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 
 WEEK = 7 * 24 * 3600
@@ -33,9 +35,11 @@ FIELDS = {
     "overlap",
     "paused",
     "notify",
+    *POLICY_FIELDS,
 }
-# null means "no value"; only these job fields can have none (cron and run_at: one of them).
-NULLABLE = {"timeout_seconds", "cron", "run_at"}
+# null means "no value"; only these job fields can have none (cron and run_at: one of them;
+# retry_on: every failure not in dead_on).
+NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on"}
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
 # (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
@@ -150,6 +154,8 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["paused"] = body["paused"]
     if "notify" in body:
         out["notify"] = parse_notify(errors, body["notify"])
+    if body.keys() & set(POLICY_FIELDS):
+        out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
     _validate_schedule(errors, body, out, base)
     if errors:
         raise InvalidSpecs(errors)

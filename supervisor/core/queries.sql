@@ -12,10 +12,10 @@ SELECT pg_notify('punchclock_wake', '');
 -- name: insert_job
 INSERT INTO jobs (name, type, payload, cron, run_at, timezone, max_attempts, timeout_seconds,
                   retry_base_seconds, retry_cap_seconds, catchup, catchup_window_seconds,
-                  overlap, paused)
+                  overlap, paused, success_exit_codes, dead_on, retry_on)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::timestamptz, $6::text, $7::int,
         $8::float8, $9::float8, $10::float8, $11::catchup_policy, $12::float8,
-        $13::overlap_policy, $14::bool)
+        $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[])
 RETURNING *;
 
 -- name: get_job
@@ -44,6 +44,7 @@ UPDATE jobs SET
     timeout_seconds = $9::float8, retry_base_seconds = $10::float8,
     retry_cap_seconds = $11::float8, catchup = $12::catchup_policy,
     catchup_window_seconds = $13::float8, overlap = $14::overlap_policy, paused = $15::bool,
+    success_exit_codes = $16::int[], dead_on = $17::text[], retry_on = $18::text[],
     updated_at = now()
 WHERE id = $1::bigint AND deleted_at IS NULL
 RETURNING *;
@@ -180,7 +181,7 @@ WITH orphans AS (
 ), candidates AS (
     SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
            j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
-           j.retry_cap_seconds
+           j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on
     FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
       AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL
@@ -212,7 +213,7 @@ WITH orphans AS (
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
        c.started_at, c.trigger, c.exclusive, COALESCE(c.payload, k.job_payload) AS payload,
        k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
-       now() AS db_now
+       k.success_exit_codes, k.dead_on, k.retry_on, now() AS db_now
 FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
 

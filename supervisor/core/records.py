@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.core.db import Record
+from supervisor.core.exitpolicy import ExitPolicy
 from supervisor.core.model import Outcome, RunStatus, SkipReason, Trigger
 
 
@@ -32,6 +33,7 @@ class Claim:
     timeout_seconds: float | None
     retry_base_seconds: float
     retry_cap_seconds: float
+    exit_policy: ExitPolicy
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -52,6 +54,7 @@ class Claim:
             r["timeout_seconds"],
             r["retry_base_seconds"],
             r["retry_cap_seconds"],
+            ExitPolicy.from_columns(r["success_exit_codes"], r["dead_on"], r["retry_on"]),
         )
 
 

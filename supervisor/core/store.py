@@ -290,7 +290,8 @@ class Completion:
 _COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
 _RUN_ID = attrgetter("run_id")
 
-# The job columns in the parameter order of insert_job ($1..) and update_job ($2..).
+# The job columns in the parameter order of insert_job ($1..) and update_job ($2..), then
+# the exit policy's three.
 JOB_COLUMNS = (
     "name",
     "type",
@@ -310,7 +311,7 @@ JOB_COLUMNS = (
 
 
 def _job_args(spec: JobSpec) -> list[Any]:
-    return [getattr(spec, c) for c in JOB_COLUMNS]
+    return [*(getattr(spec, c) for c in JOB_COLUMNS), *spec.exit_policy.columns()]
 
 
 def _job(row: Record | None) -> Job | None:

@@ -78,7 +78,9 @@ async def check_answer(resp: Any, field: str | None = None) -> int:
     if resp.status == 422:
         fields = [e["field"] for e in problem["errors"]]
         assert fields and all(fields), problem
-        named = field is None or any(f == field or f.startswith(f"{field}.") for f in fields)
+        named = field is None or any(
+            f == field or f.startswith((f"{field}.", f"{field}[")) for f in fields
+        )
         assert named, (field, problem)
     elif resp.status in (400, 413):
         assert problem["detail"].startswith("body:"), problem

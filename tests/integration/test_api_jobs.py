@@ -165,6 +165,10 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("name a number", {"name": 5}, "name", "letters"),
     ("type with slash", {"type": "a/b"}, "type", "letters"),
     ("unknown field", {"colour": "red"}, "colour", "unknown field"),
+    ("success codes empty", {"success_exit_codes": []}, "success_exit_codes", "non-empty"),
+    ("dead_on bad name", {"dead_on": [65, "segv"]}, "dead_on[1]", "oom_killed"),
+    ("retry_on and dead_on", {"retry_on": [3], "dead_on": [3]}, "retry_on[0]", "dead_on"),
+    ("dead_on a success", {"success_exit_codes": [0, 1], "dead_on": [1]}, "dead_on[0]", "success"),
 ]
 
 
@@ -477,3 +481,20 @@ async def test_a_schedule_is_parsed_once_from_create_to_plan_to_view(
     assert (await resp.json())["next"] == created["next"]
     assert [j["cron"] for j in (await (await api.get("/v1/jobs")).json())["jobs"]] == ["17 3 * * *"]
     assert calls == [("17 3 * * *", "Europe/Berlin")]
+
+
+async def test_exit_policy_is_stored_shown_and_patched(api: Client, store: Store) -> None:
+    body = {**BASE, "success_exit_codes": [0, 3], "dead_on": [2, "timeout"], "retry_on": [75, 1]}
+    resp = await api.post("/v1/jobs", json=body)
+    assert resp.status == 201, await resp.text()
+    job = await resp.json()
+    policy = {k: job[k] for k in ("success_exit_codes", "dead_on", "retry_on")}
+    assert policy == {"success_exit_codes": [0, 3], "dead_on": [2, "timeout"], "retry_on": [75, 1]}
+    resp = await api.patch(f"/v1/jobs/{job['id']}", json={"retry_on": None})
+    assert resp.status == 200, await resp.text()
+    patched = await resp.json()
+    assert (patched["retry_on"], patched["dead_on"]) == (None, [2, "timeout"])
+    # A job created without a policy has the defaults (exit 0 succeeds, 65 is dead at once).
+    resp = await api.post("/v1/jobs", json={**BASE, "name": "plain"})
+    plain = await resp.json()
+    assert (plain["success_exit_codes"], plain["dead_on"], plain["retry_on"]) == ([0], [65], None)

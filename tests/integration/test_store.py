@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import uuid
 from pathlib import Path
 
 import asyncpg
@@ -125,6 +126,33 @@ async def test_python_enums_mirror_the_database(pool: asyncpg.Pool) -> None:
     for db_type, enum in pairs.items():
         labels = await pool.fetchval(f"SELECT enum_range(NULL::{db_type})::text[]")
         assert labels == [e.value for e in enum], db_type
+
+
+async def test_every_query_prepares_against_the_required_schema(admin_dsn: str) -> None:
+    """A database migrated only up to REQUIRED_MIGRATION must run every query of this build
+    (supervisors and API processes accept such a schema): bump REQUIRED_MIGRATION when a
+    query starts using what a newer migration adds."""
+    from supervisor.core.migrator import REQUIRED_MIGRATION, bundled_migrations
+
+    name = f"pc_required_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(with_database(admin_dsn, name))
+        try:
+            for migration, sql in bundled_migrations():
+                if migration <= REQUIRED_MIGRATION:
+                    await conn.execute(sql)
+            for query, text in QUERIES.items():
+                try:
+                    await conn.prepare(text)
+                except asyncpg.PostgresError as exc:
+                    pytest.fail(f"query {query} needs more than {REQUIRED_MIGRATION}: {exc}")
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 def test_a_schema_behind_but_compatible_is_accepted() -> None:
