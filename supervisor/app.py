@@ -40,6 +40,7 @@ from supervisor.heartbeater import Heartbeater
 from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
 from supervisor.keeper import Keeper
 from supervisor.listener import Listener
+from supervisor.livetail import LiveTail
 from supervisor.loop import Loop
 from supervisor.orphans import Orphans
 from supervisor.planner import Planner
@@ -190,6 +191,7 @@ class Supervisor:
             self.orphans.sweep_soon()  # also catches daemons orphaned while handlers run
 
         fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
+        tails = LiveTail(store, executor)
         listener = Listener(cfg.database_url, claimer.wake)
         pruner = Pruner(
             store,
@@ -197,8 +199,11 @@ class Supervisor:
             keep_failed_days=cfg.retention_failed_days,
         )
         loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence, pruner]
+        loops.append(tails)
         instrument(m, executor, heartbeater, planner, claimer, self.orphans, loops)
-        return Services(executor, claimer, planner, reaper, heartbeater, fence, listener, pruner)
+        return Services(
+            executor, claimer, planner, reaper, heartbeater, fence, listener, pruner, tails=tails
+        )
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
         cfg = self.cfg
@@ -298,6 +303,7 @@ class Services:
     fence: FenceWatch
     listener: Listener
     pruner: Pruner
+    tails: LiveTail
     completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -308,7 +314,7 @@ class Services:
     @property
     def upkeep(self) -> list[Loop]:
         """What keeps leases and fences while children finish: stopped last."""
-        return [self.heartbeater, self.fence]
+        return [self.heartbeater, self.fence, self.tails]
 
 
 @dataclass

@@ -11,14 +11,12 @@ counted).
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import os
 import signal
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -30,7 +28,8 @@ from supervisor.core.log import log_event
 from supervisor.core.model import Outcome, RunStatus, utc_iso
 from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
-from supervisor.faces import AttemptEnded
+from supervisor.faces import AttemptEnded, LiveOutput
+from supervisor.inflight import InFlight, Phase
 from supervisor.isolation import EnvFileError, read_env_files
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
@@ -40,61 +39,6 @@ from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 DEFAULT_TIMEOUT = 3600.0
 
 log = logging.getLogger("punchclock.executor")
-
-
-class Phase(enum.Enum):
-    """Where an in-flight run stands with its lease; moves only along NEXT_PHASES."""
-
-    RUNNING = "running"  # the lease is ours; the child starts or runs
-    LOST = "lost"  # a renewal did not find the run: its child is killed at once
-    FENCED = "fenced"  # the lease could not be renewed in time: its child is being killed
-    RELEASED = "released"  # given back at shutdown: no completion is sent
-    # The database handed the run out again, to us: it lost the claim this execution runs
-    # under (a failover on asynchronous replication). Killed, and no completion is sent.
-    SUPERSEDED = "superseded"
-    # The child has ended and its result is queued. Its lease is still renewed, but a
-    # renewal that misses the run no longer means "lost": the completion may just have been
-    # recorded, and the fenced completion itself tells a late result apart.
-    COMPLETING = "completing"
-
-
-NEXT_PHASES: dict[Phase, frozenset[Phase]] = {
-    Phase.RUNNING: frozenset(
-        {Phase.LOST, Phase.FENCED, Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}
-    ),
-    Phase.FENCED: frozenset({Phase.LOST, Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}),
-    Phase.LOST: frozenset({Phase.RELEASED, Phase.SUPERSEDED, Phase.COMPLETING}),
-    Phase.RELEASED: frozenset(),
-    Phase.SUPERSEDED: frozenset(),
-    Phase.COMPLETING: frozenset(),
-}
-
-
-@dataclass
-class InFlight:
-    run_id: int
-    lease_token: int
-    attempt: int
-    job_name: str
-    type: str
-    valid_until: float  # monotonic: the lease surely holds until then
-    exclusive: bool = False  # its end may unblock another run of the job elsewhere
-    child: Child | None = None
-    phase: Phase = Phase.RUNNING
-    # Its slot is free again: the child has ended (or never started), so the next run may
-    # start while this result is still being recorded.
-    slot_freed: bool = False
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    def move(self, to: Phase) -> None:
-        if to not in NEXT_PHASES[self.phase]:
-            raise AssertionError(f"run {self.run_id}: no move from {self.phase} to {to}")
-        self.phase = to
-
-    @property
-    def lease_gone(self) -> bool:
-        """Lost or fenced: its child must not run on, and its outcome is lease_lost."""
-        return self.phase in (Phase.LOST, Phase.FENCED)
 
 
 class Executor:
@@ -154,6 +98,20 @@ class Executor:
 
     def in_flight(self) -> int:
         return len(self.inflight)
+
+    def live_output(self, older_than: float) -> list[LiveOutput]:
+        since = time.monotonic() - older_than
+        out = []
+        for e in self.inflight.values():
+            child = e.child
+            if (
+                e.phase is Phase.RUNNING
+                and child is not None
+                and child.started_monotonic < since
+                and (live := child.live_output()) is not None
+            ):
+                out.append(LiveOutput(e.run_id, e.attempt, e.lease_token, *live))
+        return out
 
     def leases(self) -> list[tuple[int, int]]:
         return [(e.run_id, e.lease_token) for e in self.inflight.values()]

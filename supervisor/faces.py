@@ -44,6 +44,25 @@ class Leases(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class LiveOutput:
+    """The output so far of a child that is still running (its attempt is fenced by token)."""
+
+    run_id: int
+    attempt: int
+    lease_token: int
+    received: int  # bytes received so far on both pipes: unchanged means nothing new
+    stdout_tail: str
+    stderr_tail: str
+
+
+class Running(Protocol):
+    """What the live tail writer needs: the output of the children running longer than
+    `older_than` seconds."""
+
+    def live_output(self, older_than: float) -> list[LiveOutput]: ...
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptEnded:
     """One attempt this host ran came to an end, as the database took it."""
 

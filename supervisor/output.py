@@ -18,8 +18,10 @@ class Tail:
         self.limit = max(limit, 0)
         self.buf = bytearray()
         self.truncated = False
+        self.fed = 0  # bytes received so far: tells a live reader whether anything is new
 
     def feed(self, data: bytes) -> None:
+        self.fed += len(data)
         self.buf += data
         if len(self.buf) > self.limit:
             del self.buf[: len(self.buf) - self.limit]

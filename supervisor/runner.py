@@ -82,6 +82,14 @@ class Child:
         child._start()
         return child
 
+    def live_output(self) -> tuple[int, str, str] | None:
+        """While it runs: (bytes received so far, stdout tail, stderr tail), for the live
+        view of a running attempt; None once it has ended or if it never started."""
+        if self._done.done() or len(self._tails) != 2:
+            return None
+        out, err = self._tails
+        return out.fed + err.fed, out.text()[0], err.text()[0]
+
     async def wait(self) -> ChildResult:
         """The result once the child and its leftovers are gone. Idempotent; safe to cancel."""
         return await asyncio.shield(self._done)

@@ -225,6 +225,15 @@ JOIN jobs j ON j.id = r.job_id
 WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now()
   AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL;
 
+-- name: write_live_tails
+-- The output so far of running children (livetail.py): fenced by the attempt's lease token,
+-- and never over an attempt that has ended (its completion's tails are final).
+UPDATE run_attempts a SET stdout_tail = t.out, stderr_tail = t.err
+FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $5::text[])
+    AS t(run_id, attempt, token, out, err)
+WHERE a.run_id = t.run_id AND a.attempt = t.attempt AND a.lease_token = t.token
+  AND a.outcome = 'running';
+
 -- name: renew_leases
 -- Heartbeat. A run missing from the result is no longer ours: its child must die now.
 UPDATE runs r SET lease_expires_at = now() + make_interval(secs => $3::float8)

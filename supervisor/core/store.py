@@ -139,6 +139,11 @@ class Store(History):
     async def next_due_in(self, types: Sequence[str]) -> float | None:
         return cast(float | None, await self._fetchval("next_due_in", list(types)))
 
+    async def write_live_tails(self, rows: Sequence[tuple[int, int, int, str, str]]) -> None:
+        """(run_id, attempt, lease_token, stdout, stderr) of running attempts, by run id."""
+        cols = zip(*sorted(rows), strict=True)
+        await self._execute("write_live_tails", *(list(c) for c in cols))
+
     async def renew_leases(
         self, leases: Sequence[tuple[int, int]], owner: str, lease_ttl: float
     ) -> set[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Collection
 
@@ -16,9 +17,11 @@ import psutil
 from supervisor.claimer import Claimer, ClaimPass
 from supervisor.core.records import Claim
 from supervisor.core.store import Store
-from supervisor.executor import Executor, Phase
+from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater, RenewPass
+from supervisor.inflight import Phase
+from supervisor.livetail import LiveTail
 from supervisor.registry import Handler, Registry
 
 from ..factory import (
@@ -262,3 +265,51 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+async def _stdout_tail(store: Store, run_id: int) -> str | None:
+    rows = await attempts(store, run_id)
+    return rows[-1]["stdout_tail"] if rows else None
+
+
+async def test_live_tail_shows_a_long_childs_output_and_leaves_short_ones_alone(
+    store: Store,
+) -> None:
+    # The child prints, waits on a file, prints again, then waits to be told to exit.
+    script = (
+        "echo first; while [ ! -e $0.go ]; do sleep 0.05; done; echo second;"
+        " while :; do sleep 0.05; done"
+    )
+    flag = f"/tmp/pc-live-{time.time_ns()}"
+    async with _running_executor(store, ("sh", "-c", script, flag)) as (executor, _):
+        live = LiveTail(store, executor, every=0.2)
+        run_id = await _start_one(store, executor, "long")
+        token = executor.inflight[run_id].lease_token
+        # Younger than `every`: not written even though it has printed.
+        assert (await live.run_once()).written == 0
+        await wait_for(lambda: executor.live_output(0.2), 10, "the child to be old enough")
+        await wait_for(lambda: _written(live), 10, "a write")
+        assert await _stdout_tail(store, run_id) == "first\n"
+        assert (await live.run_once()).written == 0, "nothing new: nothing written"
+        open(flag + ".go", "w").close()
+        await wait_for(
+            lambda: _tail_is(store, live, run_id, "first\nsecond\n"), 10, "the second line"
+        )
+        # Fenced: a write under another lease token changes nothing.
+        await store.write_live_tails([(run_id, 1, token + 1, "forged", "")])
+        assert await _stdout_tail(store, run_id) == "first\nsecond\n"
+        executor.renewed(executor.leases(), set(), time.monotonic())  # lease lost: killed
+        await wait_for(lambda: executor.in_flight() == 0, 10, "the attempt to end")
+    os.unlink(flag + ".go")
+    # An ended attempt keeps its completion's tails: a late live write does not land.
+    await store.write_live_tails([(run_id, 1, token, "late", "")])
+    assert await _stdout_tail(store, run_id) != "late"
+
+
+async def _written(live: LiveTail) -> bool:
+    return (await live.run_once()).written == 1
+
+
+async def _tail_is(store: Store, live: LiveTail, run_id: int, text: str) -> bool:
+    await live.run_once()
+    return await _stdout_tail(store, run_id) == text

@@ -23,13 +23,15 @@ SERVICES = {
     "fence",
     "heartbeater",
     "listener",
+    "livetail",
     "notifier",
     "planner",
     "pruner",
     "reaper",
 }
 DAEMON = {
-    "child", "executor", "faces", "isolation", "keeper", "keeperd", "lease", "loop", "orphans", "output",
+    "child", "executor", "faces", "inflight", "isolation", "keeper", "keeperd", "lease", "loop",
+    "orphans", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "cli", "instruments"}
