@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from bench import api, lateness, memory, planner, throughput
+from bench import api, lateness, memory, planner, throughput, ui
 from bench.common import (
     ROOT,
     Context,
@@ -33,7 +33,9 @@ from bench.common import (
     table,
 )
 
-SCENARIOS: dict[str, ModuleType] = {m.NAME: m for m in (throughput, lateness, planner, api, memory)}
+SCENARIOS: dict[str, ModuleType] = {
+    m.NAME: m for m in (throughput, lateness, planner, api, ui, memory)
+}
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
 
 

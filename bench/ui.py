@@ -1,0 +1,112 @@
+"""Dashboard latency over a large history: 1,000,000 runs over 10,000 jobs (bench/api.py's
+generator), every page and fragment of /ui/ requested in turn from one client, against
+GET /healthz on the same process. Without API tokens the dashboard serves loopback callers
+as admin, so no login is needed. Target (issue 13): p99 <= 50 ms for each.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+from bench.api import generate
+from bench.common import Context, ScenarioResult, api_url, summary
+
+NAME = "ui"
+P99_TARGET_MS = 50.0
+
+
+async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (path, headers): every page and fragment, on rows in the middle of the data."""
+    job_id = n_jobs // 2
+    run_id = await conn.fetchval(
+        "SELECT id FROM runs WHERE job_id = $1 AND status = 'succeeded' ORDER BY id LIMIT 1",
+        job_id,
+    )
+    fragment = {"HX-Request": "true", "HX-Target": "jobs-table"}
+    return {
+        "overview": ("/ui/", {}),
+        "jobs by name": ("/ui/jobs", {}),
+        "jobs by next run": ("/ui/jobs?sort=next", {}),
+        "jobs search (fragment)": (f"/ui/jobs?q=job-{job_id // 10}", fragment),
+        "jobs failing (fragment)": ("/ui/jobs?last=dead", fragment),
+        "job detail": (f"/ui/jobs/{job_id}", {}),
+        "job preview (fragment)": (
+            "/ui/jobs/preview?cron=30+2+*+*+*&timezone=Europe%2FBerlin",
+            {"HX-Request": "true"},
+        ),
+        "runs history": ("/ui/runs", {}),
+        "runs dead": ("/ui/runs?status=dead", {}),
+        "runs upcoming": ("/ui/runs?tab=upcoming", {}),
+        "runs of a job": (f"/ui/runs?job=job-{job_id}", {}),
+        "run detail": (f"/ui/runs/{run_id}", {}),
+        "workers": ("/ui/workers", {}),
+    }
+
+
+async def latencies(
+    base: str, cases: dict[str, tuple[str, dict[str, str]]], rounds: int, warmup: int
+) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in [*cases, "baseline: GET /healthz"]}
+    rng = random.Random(5)
+    async with aiohttp.ClientSession() as http:
+
+        async def timed(path: str, headers: dict[str, str]) -> float:
+            started = time.perf_counter()
+            async with http.get(base + path, headers=headers, allow_redirects=False) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"GET {path}: {resp.status} {await resp.text()}")
+            return (time.perf_counter() - started) * 1000
+
+        for i in range(warmup + rounds):
+            order = list(out)
+            rng.shuffle(order)  # noise hits every page alike
+            for name in order:
+                path, headers = cases.get(name, ("/healthz", {}))
+                ms = await timed(path, headers)
+                if i >= warmup:
+                    out[name].append(ms)
+    return out
+
+
+async def run(ctx: Context) -> ScenarioResult:
+    res = ScenarioResult(NAME)
+    n_runs, n_jobs = (20_000, 200) if ctx.smoke else (1_000_000, 10_000)
+    rounds, warmup = (5, 2) if ctx.smoke else (200, 20)
+    async with ctx.dbs.fresh("ui") as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            started = time.perf_counter()
+            await generate(conn, n_runs, n_jobs)
+            res.details["generate_seconds"] = time.perf_counter() - started
+            res.details["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
+            res.details["jobs"] = n_jobs
+            cases = await pages(conn, n_jobs)
+        finally:
+            await conn.close()
+        api_proc = ctx.procs.api(dsn)
+        try:
+            lat = await latencies(await api_url(api_proc), cases, rounds, warmup)
+        finally:
+            ctx.procs.stop(api_proc)
+    healthz = summary(lat.pop("baseline: GET /healthz"))
+    res.details["baseline_healthz_ms"] = healthz
+    res.details["latency_ms"] = {k: summary(v) for k, v in lat.items()}
+    res.details["pages"] = {k: v[0] for k, v in cases.items()}
+    for name, values in lat.items():
+        s: dict[str, Any] = summary(values)
+        res.add(f"{name}: p50", s["p50"], "ms", baseline=healthz["p50"])
+        res.add(
+            f"{name}: p99",
+            s["p99"],
+            "ms",
+            target=f"<= {P99_TARGET_MS:g} ms",
+            ok=s["p99"] <= P99_TARGET_MS,
+            baseline=healthz["p99"],
+        )
+    return res
