@@ -378,3 +378,6 @@ def register_client_commands(sub: Any) -> None:
     _run_filter_flags(p)
     p = _leaf(rsub, "cancel", "cancel a scheduled or running run", runs_cancel)
     p.add_argument("run", type=int)
+    from api.client_channels import register_channel_commands  # it uses the helpers above
+
+    register_channel_commands(sub)

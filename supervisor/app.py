@@ -26,6 +26,7 @@ import asyncpg
 
 from supervisor import __version__, lease
 from supervisor.claimer import Claimer
+from supervisor.core.channels import notifications
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import DB_ERRORS, create_pool
 from supervisor.core.httpd import health_routes, start_side_door
@@ -42,6 +43,7 @@ from supervisor.keeper import Keeper
 from supervisor.listener import Listener
 from supervisor.livetail import LiveTail
 from supervisor.loop import Loop
+from supervisor.notifier import WebhookNotifier
 from supervisor.orphans import Orphans
 from supervisor.planner import Planner
 from supervisor.pruner import Pruner
@@ -198,11 +200,37 @@ class Supervisor:
             keep_succeeded_days=cfg.retention_succeeded_days,
             keep_failed_days=cfg.retention_failed_days,
         )
-        loops: list[Loop] = [planner, claimer, reaper, listener, heartbeater, fence, pruner]
+        notifier = WebhookNotifier(
+            notifications(store),
+            owner=self.owner,
+            timeout=cfg.notify_timeout,
+            retry_window=cfg.notify_retry_window,
+            allowed_hosts=cfg.notify_allowed_hosts,
+        )
+        loops: list[Loop] = [
+            planner,
+            claimer,
+            reaper,
+            listener,
+            heartbeater,
+            fence,
+            pruner,
+            notifier,
+        ]
         loops.append(tails)
         instrument(m, executor, heartbeater, planner, claimer, self.orphans, loops)
+        notifier.instrument(m)
         return Services(
-            executor, claimer, planner, reaper, heartbeater, fence, listener, pruner, tails=tails
+            executor,
+            claimer,
+            planner,
+            reaper,
+            heartbeater,
+            fence,
+            listener,
+            pruner,
+            notifier,
+            tails=tails,
         )
 
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
@@ -303,13 +331,14 @@ class Services:
     fence: FenceWatch
     listener: Listener
     pruner: Pruner
+    notifier: WebhookNotifier
     tails: LiveTail
     completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def intake(self) -> list[Loop]:
-        """What takes new work: stopped first."""
-        return [self.planner, self.claimer, self.reaper, self.listener, self.pruner]
+        """What takes new work: stopped first (the notifier ends its deliveries in flight)."""
+        return [self.planner, self.claimer, self.reaper, self.listener, self.pruner, self.notifier]
 
     @property
     def upkeep(self) -> list[Loop]:
@@ -326,7 +355,7 @@ class _Running:
 
 # The shutdown order (ARCHITECTURE.md, River's producer/completer order), one phase each.
 async def _stop_intake(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
-    """Planner, claimer, reaper, listener and pruner stop between passes."""
+    """Planner, claimer, reaper, listener, pruner and notifier stop between passes."""
     for s in sv.intake:
         s.stop()
     await asyncio.gather(*run.intake)

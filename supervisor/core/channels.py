@@ -211,7 +211,7 @@ async def set_job_notify(tx: Store, job_id: int, rules: Sequence[NotifyRule] | N
     n = notifications(tx)
     ids = await n.channel_ids([r.channel for r in rules])
     unknown = [
-        InvalidSpec(f"notify[{i}].channel", f"no channel named {r.channel!r}")
+        InvalidSpec(f"notify.{i}.channel", f"no channel named {r.channel!r}")
         for i, r in enumerate(rules)
         if r.channel not in ids
     ]

@@ -61,7 +61,7 @@ def _events(errors: list[InvalidSpec], field: str, value: Any, empty_ok: bool) -
         if name not in SUBSCRIBABLE:
             errors.append(
                 InvalidSpec(
-                    f"{field}[{i}]", f"unknown event {name!r}; one of {', '.join(SUBSCRIBABLE)}"
+                    f"{field}.{i}", f"unknown event {name!r}; one of {', '.join(SUBSCRIBABLE)}"
                 )
             )
     if len(set(value)) != len(value):
@@ -81,7 +81,7 @@ def parse_notify(errors: list[InvalidSpec], value: Any) -> tuple[NotifyRule, ...
     rules: list[NotifyRule] = []
     seen: set[str] = set()
     for i, item in enumerate(value):
-        at = f"notify[{i}]"
+        at = f"notify.{i}"
         if not isinstance(item, dict):
             errors.append(InvalidSpec(at, "must be an object with channel and events"))
             continue

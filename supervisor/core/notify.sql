@@ -101,10 +101,12 @@ WITH moved AS (
       AND status = 'pending'
     RETURNING id
 ), attempt AS (
+    -- (Not for a delivery deleted meanwhile with its channel.)
     INSERT INTO delivery_attempts (outbox_id, attempt, worker_id, started_at,
                                    duration_seconds, status_code, error)
-    VALUES ($1::bigint, $2::int, $3::text, now() - make_interval(secs => $8::float8), $8::float8,
-            $4::int, $5::text)
+    SELECT id, $2::int, $3::text, now() - make_interval(secs => $8::float8), $8::float8,
+           $4::int, $5::text
+    FROM outbox WHERE id = $1::bigint
     ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM moved;

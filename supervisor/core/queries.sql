@@ -94,13 +94,27 @@ LIMIT $1::int
 FOR UPDATE SKIP LOCKED;
 
 -- name: insert_planned_runs
-INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts, status,
-                  skip_reason, finished_at)
-SELECT job_id, at, at, type, excl, max_att, st::run_status, reason,
-       CASE WHEN st = 'skipped' THEN now() END
-FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::bool[], $5::int[], $6::text[],
-            $7::text[]) AS t(job_id, at, type, excl, max_att, st, reason)
-ON CONFLICT (job_id, scheduled_at) DO NOTHING;
+-- Returns how many were inserted. A fire time recorded skipped (missed) raises run_missed
+-- for its subscribers (as in complete_runs).
+WITH ins AS (
+    INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts, status,
+                      skip_reason, finished_at)
+    SELECT job_id, at, at, type, excl, max_att, st::run_status, reason,
+           CASE WHEN st = 'skipped' THEN now() END
+    FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::bool[], $5::int[], $6::text[],
+                $7::text[]) AS t(job_id, at, type, excl, max_att, st, reason)
+    ON CONFLICT (job_id, scheduled_at) DO NOTHING
+    RETURNING id, job_id, scheduled_at, status, skip_reason
+), events AS (
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, 'run_missed', s.job_id, s.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+        'run', jsonb_build_object('id', s.id, 'scheduled_at', s.scheduled_at,
+                                  'status', 'skipped', 'skip_reason', s.skip_reason))
+    FROM ins s CROSS JOIN LATERAL notify_targets(s.job_id, 'run_missed') c
+    JOIN jobs j ON j.id = s.job_id
+    WHERE s.status = 'skipped'
+)
+SELECT count(*) FROM ins;
 
 -- name: set_plan_marks
 UPDATE jobs j SET planned_until = t.until, plan_after = t.after
@@ -148,11 +162,24 @@ WITH due AS (
         END AS reason
     FROM due d JOIN jobs j ON j.id = d.job_id
     WHERE NOT j.paused
+), skipped AS (
+    UPDATE runs r SET status = 'skipped', skip_reason = judged.reason, finished_at = now()
+    FROM judged
+    WHERE r.id = judged.id AND judged.reason IS NOT NULL
+    RETURNING r.id, r.job_id, r.scheduled_at, judged.reason
+), events AS (
+    -- Notifications (as in complete_runs).
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, e.event, s.job_id, s.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+        'run', jsonb_build_object('id', s.id, 'scheduled_at', s.scheduled_at,
+                                  'status', 'skipped', 'skip_reason', s.reason))
+    FROM skipped s
+    CROSS JOIN LATERAL (SELECT CASE s.reason WHEN 'missed' THEN 'run_missed'
+                                ELSE 'run_overlap_skipped' END AS event) e
+    CROSS JOIN LATERAL notify_targets(s.job_id, e.event) c
+    JOIN jobs j ON j.id = s.job_id
 )
-UPDATE runs r SET status = 'skipped', skip_reason = judged.reason, finished_at = now()
-FROM judged
-WHERE r.id = judged.id AND judged.reason IS NOT NULL
-RETURNING r.id, r.job_id, judged.reason;
+SELECT id, job_id, reason FROM skipped;
 
 -- ---------------------------------------------------------------- claiming
 
@@ -265,7 +292,7 @@ WITH t AS (
     WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
       AND r.lease_owner = $15::text
       AND r.status = 'running' AND r.lease_expires_at > now()
-    RETURNING r.id, r.attempts, r.run_after
+    RETURNING r.id, r.attempts, r.run_after, r.job_id, r.status, r.scheduled_at
 ), att AS (
     UPDATE run_attempts a SET finished_at = now(), outcome = t.outcome::attempt_outcome,
         error = t.error, exit_code = t.exit_code, signal = t.signal,
@@ -281,6 +308,54 @@ WITH t AS (
     JOIN runs r ON r.id = a.run_id
     WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
+), ended AS (
+    -- Notifications, in this transaction (DESIGN.md, Notifications). Outbox rows only where
+    -- a channel subscribes: a batch of successes of unwatched jobs probes two empty indexes.
+    SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
+           t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event
+    FROM done d JOIN t ON t.id = d.id
+    WHERE d.status IN ('dead', 'failed')
+), run_events AS (
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, e.event, e.job_id, e.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+        'run', jsonb_build_object('id', e.id, 'scheduled_at', e.scheduled_at,
+            'status', e.status, 'attempt', e.attempts, 'exit_code', e.exit_code,
+            'error', e.error))
+    FROM ended e CROSS JOIN LATERAL notify_targets(e.job_id, e.event) c
+    JOIN jobs j ON j.id = e.job_id
+), streak_reset AS (
+    -- A success ends a dead streak (job_recovered). A job with a success in this batch
+    -- does not grow its streak from the same batch.
+    DELETE FROM job_streaks s
+    WHERE s.job_id = ANY (ARRAY(SELECT job_id FROM done WHERE status = 'succeeded'))
+    RETURNING s.job_id, s.dead_streak
+), streak_in AS (
+    SELECT e.job_id, count(*)::int AS n, max(e.id) AS run_id FROM ended e
+    WHERE e.status = 'dead'
+      AND NOT EXISTS (SELECT 1 FROM done o WHERE o.job_id = e.job_id AND o.status = 'succeeded')
+      AND EXISTS (SELECT 1 FROM notify_targets(e.job_id, 'job_failing')
+                  UNION ALL SELECT 1 FROM notify_targets(e.job_id, 'job_recovered'))
+    GROUP BY e.job_id
+), streak_grow AS (
+    INSERT INTO job_streaks AS s (job_id, dead_streak)
+    SELECT job_id, n FROM streak_in
+    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak
+    RETURNING s.job_id, s.dead_streak
+), job_events AS (
+    -- job_failing when a streak reaches N (N = 1: its first dead run), once per streak.
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, x.event, x.job_id, x.run_id,
+           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name), 'streak', x.streak, 'run',
+                              jsonb_build_object('id', x.run_id))
+    FROM (SELECT g.job_id, 'job_failing' AS event, g.dead_streak AS streak, i.run_id
+          FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
+          WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
+          UNION ALL
+          SELECT r.job_id, 'job_recovered', r.dead_streak,
+                 (SELECT max(o.id) FROM done o WHERE o.job_id = r.job_id)
+          FROM streak_reset r WHERE r.dead_streak >= 1) x
+    CROSS JOIN LATERAL notify_targets(x.job_id, x.event) c
+    JOIN jobs j ON j.id = x.job_id
 )
 SELECT d.id, d.run_after, now() AS db_now FROM done d
 UNION ALL
@@ -322,10 +397,52 @@ WITH expired AS (
         last_error = 'lease lost: ' || e.lease_owner || ' stopped renewing its lease'
     FROM expired e
     WHERE r.id = e.id
-    RETURNING r.id, r.job_id, r.type, r.attempts, r.status, e.lease_owner, r.last_error
+    RETURNING r.id, r.job_id, r.type, r.attempts, r.status, e.lease_owner, r.last_error,
+              r.scheduled_at
 ), att AS (
     UPDATE run_attempts a SET finished_at = now(), outcome = 'lease_lost', error = p.last_error
     FROM reaped p WHERE a.run_id = p.id AND a.attempt = p.attempts
+), run_events AS (
+    -- Notifications (as in complete_runs): the reaped attempt failed (a retry is scheduled)
+    -- or the run is dead; worker_lost once per channel and worker episode (dedupe_key).
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, e.event, p.job_id, p.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+        'run', jsonb_build_object('id', p.id, 'scheduled_at', p.scheduled_at,
+            'status', p.status, 'attempt', p.attempts, 'error', p.last_error))
+    FROM reaped p
+    CROSS JOIN LATERAL (SELECT CASE p.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END
+                        AS event) e
+    CROSS JOIN LATERAL notify_targets(p.job_id, e.event) c
+    JOIN jobs j ON j.id = p.job_id
+), lost AS (
+    INSERT INTO outbox (channel_id, event, dedupe_key, data)
+    SELECT DISTINCT ON (c.channel_id, p.lease_owner) c.channel_id, 'worker_lost',
+           'worker_lost:' || p.lease_owner || ':' || coalesce(w.started_at::text, ''),
+           jsonb_build_object('worker_id', p.lease_owner, 'host', w.host,
+                              'last_seen_at', w.last_seen_at)
+    FROM reaped p CROSS JOIN LATERAL notify_targets(p.job_id, 'worker_lost') c
+    LEFT JOIN workers w ON w.id = p.lease_owner
+    ON CONFLICT (channel_id, dedupe_key) DO NOTHING
+), streak_in AS (
+    SELECT p.job_id, count(*)::int AS n, max(p.id) AS run_id FROM reaped p
+    WHERE p.status = 'dead'
+      AND EXISTS (SELECT 1 FROM notify_targets(p.job_id, 'job_failing')
+                  UNION ALL SELECT 1 FROM notify_targets(p.job_id, 'job_recovered'))
+    GROUP BY p.job_id
+), streak_grow AS (
+    INSERT INTO job_streaks AS s (job_id, dead_streak)
+    SELECT job_id, n FROM streak_in
+    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak
+    RETURNING s.job_id, s.dead_streak
+), job_events AS (
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, 'job_failing', g.job_id, i.run_id,
+           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name), 'streak', g.dead_streak, 'run',
+                              jsonb_build_object('id', i.run_id))
+    FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
+    CROSS JOIN LATERAL notify_targets(g.job_id, 'job_failing') c
+    JOIN jobs j ON j.id = g.job_id
+    WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
 )
 -- The job's name and type label the metrics exactly as the executor's results do.
 SELECT p.id, p.job_id, j.name AS job_name, p.type, p.attempts, p.status::text AS status,

@@ -107,7 +107,7 @@ class Store(History):
         if not rows:
             return 0
         cols = list(zip(*rows, strict=True))
-        return _rowcount(await self._execute("insert_planned_runs", *cols))
+        return cast(int, await self._fetchval("insert_planned_runs", *cols))
 
     async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:

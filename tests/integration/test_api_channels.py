@@ -81,7 +81,7 @@ async def test_channel_validation_names_each_field(api: Client, store: Store) ->
         ({**HOOK, "secret": "whsec_" + base64.b64encode(b"short").decode()}, ["secret"]),
         ({k: v for k, v in HOOK.items() if k != "secret"}, ["secret"]),
         ({**HOOK, "format": "teams"}, ["format"]),
-        ({**HOOK, "all_jobs": ["run_dead", "run_exploded"]}, ["all_jobs[1]"]),
+        ({**HOOK, "all_jobs": ["run_dead", "run_exploded"]}, ["all_jobs.1"]),
         ({**HOOK, "headers": {"Content-Type": "text/plain"}}, ["headers.Content-Type"]),
         ({**HOOK, "headers": {"webhook-id": "x"}}, ["headers.webhook-id"]),
         ({**HOOK, "name": ".hidden", "colour": 1}, ["colour", "name"]),
@@ -118,11 +118,11 @@ async def test_job_notify_is_validated_stored_and_shown(api: Client, store: Stor
     await api.post("/v1/channels", json=HOOK)
     await api.post("/v1/channels", json={"name": "chat", "url": SLACK_URL, "format": "slack"})
     bad = [
-        ([{"channel": "nope", "events": ["run_dead"]}], ["notify[0].channel"]),
-        ([{"channel": "ops", "events": ["run_exploded"]}], ["notify[0].events[0]"]),
-        ([{"channel": "ops", "events": []}], ["notify[0].events"]),
-        ([{"channel": "ops"}], ["notify[0].events"]),
-        ([{"channel": "ops", "events": ["run_dead"], "when": 1}], ["notify[0].when"]),
+        ([{"channel": "nope", "events": ["run_dead"]}], ["notify.0.channel"]),
+        ([{"channel": "ops", "events": ["run_exploded"]}], ["notify.0.events.0"]),
+        ([{"channel": "ops", "events": []}], ["notify.0.events"]),
+        ([{"channel": "ops"}], ["notify.0.events"]),
+        ([{"channel": "ops", "events": ["run_dead"], "when": 1}], ["notify.0.when"]),
         ({"channel": "ops"}, ["notify"]),
     ]
     for notify, fields in bad:
@@ -137,15 +137,47 @@ async def test_job_notify_is_validated_stored_and_shown(api: Client, store: Stor
     path = f"/v1/jobs/{job['id']}"
     kept = await api.patch(path, json={"max_attempts": 2})
     assert (await kept.json())["notify"] == rules  # a PATCH without notify keeps it
-    new = [{"channel": "chat", "events": ["run_missed"]}, {"channel": "ops", "events": ["run_dead"]}]
+    new = [
+        {"channel": "chat", "events": ["run_missed"]},
+        {"channel": "ops", "events": ["run_dead"]},
+    ]
     replaced = await api.patch(path, json={"notify": new})
     assert (await replaced.json())["notify"] == new
     assert (await (await api.get(path)).json())["notify"] == new
     refused = await api.patch(path, json={"notify": [{"channel": "gone", "events": ["run_dead"]}]})
-    assert await _problem(refused, 422) == ["notify[0].channel"]
+    assert await _problem(refused, 422) == ["notify.0.channel"]
     assert (await (await api.get(path)).json())["notify"] == new
     cid = (await (await api.get("/v1/channels")).json())["channels"][0]["id"]
     gone = await api.delete(f"/v1/channels/{cid}")
     assert (await gone.json())["unsubscribed_jobs"] == 1
     cleared = await api.patch(path, json={"notify": []})
     assert (await cleared.json())["notify"] == []
+
+
+async def test_the_cli_manages_channels_without_a_secret_on_its_command_line(
+    store: Store, tmp_path: Any, capsys: Any
+) -> None:
+    import asyncio
+
+    from supervisor.cli import main
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    async with api_client(store) as api:
+        url = str(api.make_url("")).rstrip("/")
+        base = ["--api-url", url]
+
+        def cli(*argv: str) -> int:
+            return main([*argv, *base])
+
+        create = ["channels", "create", "--name", "ops", "--url", HOOK["url"]]
+        assert await asyncio.to_thread(cli, *create, "--secret-file", str(secret_file)) == 0
+        assert await asyncio.to_thread(cli, "channels", "test", "ops") == 0
+        assert await asyncio.to_thread(cli, "deliveries", "--channel", "ops", "--json") == 0
+        assert await asyncio.to_thread(cli, "channels", "list") == 0
+        no_secret = ["channels", "create", "--name", "x", "--url", HOOK["url"]]
+        assert await asyncio.to_thread(cli, *no_secret) == 2  # 422: a punchclock channel signs
+    out = capsys.readouterr()
+    assert "queued test delivery" in out.out and '"event": "test"' in out.out
+    assert "https://hooks.example.com" in out.out and "secret:" in out.err
+    _no_secrets(out.out + out.err)

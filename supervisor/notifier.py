@@ -1,0 +1,217 @@
+"""The notifier service: delivers outbox rows (notification events) to their channels.
+
+Every supervisor runs one. A pass claims due deliveries (SKIP LOCKED, under a lease of one
+request timeout plus slack) and sends each in its own task, so a slow receiver holds one of
+`concurrency` slots, never a database connection, and never the claimer or the completer.
+Each attempt is recorded (status code, error, duration); a non-2xx answer or a network
+error is retried with exponential backoff and jitter until `retry_window` has passed since
+the event, then the delivery is failed. Redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from supervisor.core import webhooks
+from supervisor.core.channels import Delivery, Notifications
+from supervisor.core.db import DB_ERRORS
+from supervisor.core.events import host_allowed
+from supervisor.core.log import log_event
+from supervisor.core.metrics import Metrics
+from supervisor.loop import Loop, Pass
+
+RETRY_BASE = 5.0  # seconds before the second attempt (then doubling, equal jitter)
+RETRY_CAP = 3600.0
+LEASE_SLACK = 5.0  # a claim lasts the request timeout plus this
+DEPTH_EVERY = 15.0  # seconds between outbox depth reads (a gauge)
+ERROR_MAX = 500
+
+
+@dataclass(frozen=True)
+class NotifyPass(Pass):
+    claimed: int = 0  # deliveries started in this pass
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before the next attempt after `attempt` failed: uniform(b/2, b)."""
+    b = min(RETRY_CAP, RETRY_BASE * 2 ** min(attempt - 1, 20))
+    return random.uniform(b / 2, b)
+
+
+class WebhookNotifier(Loop):
+    name = "notifier"
+
+    def __init__(
+        self,
+        notifications: Notifications,
+        *,
+        owner: str,
+        timeout: float,
+        retry_window: float,
+        allowed_hosts: tuple[str, ...] = (),
+        interval: float = 1.0,
+        concurrency: int = 16,
+    ) -> None:
+        super().__init__(interval)
+        self.n = notifications
+        self.owner = owner
+        self.timeout = timeout
+        self.retry_window = retry_window
+        self.allowed_hosts = allowed_hosts
+        self.concurrency = concurrency
+        self._session: aiohttp.ClientSession | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._depth_at = 0.0
+        # Read by the metrics: deliveries by (channel, outcome), events by kind (counted at
+        # their first attempt), the outbox depth and its oldest pending age.
+        self.outcomes: Counter[tuple[str, str]] = Counter()
+        self.events: Counter[str] = Counter()
+        self.depth = (0, 0.0)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(limit=self.concurrency),
+            )
+        return self._session
+
+    def instrument(self, m: Metrics) -> None:
+        """Notification metrics, read at scrape time from what this service counts."""
+        m.counter(
+            "punchclock_notify_events",
+            "Notification events by kind (counted at their first delivery attempt here)",
+            lambda: [(n, {"event": e}) for e, n in self.events.items()],
+        )
+        m.counter(
+            "punchclock_notify_deliveries",
+            "Delivery attempts by channel and outcome (delivered, retry, failed, lease_lost)",
+            lambda: [(n, {"channel": c, "outcome": o}) for (c, o), n in self.outcomes.items()],
+        )
+        m.gauge(
+            "punchclock_notify_outbox_depth",
+            "Pending notification deliveries (all channels, read every 15 s)",
+            lambda: [(self.depth[0], {})],
+        )
+        m.gauge(
+            "punchclock_notify_outbox_oldest_seconds",
+            "Age of the oldest pending notification delivery",
+            lambda: [(self.depth[1], {})],
+        )
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Let deliveries in flight end (each is bounded by the timeout), then close."""
+        if self._inflight:
+            await asyncio.wait(self._inflight, timeout=self.timeout + 1)
+        for task in self._inflight:
+            task.cancel()
+        if self._session is not None:
+            await self._session.close()
+
+    async def idle(self) -> None:
+        """Wait until no delivery is in flight (tests)."""
+        while self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    async def run_once(self) -> NotifyPass:
+        await self._read_depth()
+        free = self.concurrency - len(self._inflight)
+        if free <= 0:
+            return NotifyPass(self.interval)  # a finishing delivery wakes us
+        rows = await self.n.claim_deliveries(free, self.owner, self.timeout + LEASE_SLACK)
+        for d in rows:
+            if d.attempts == 1:
+                self.events[d.event] += 1
+            task = asyncio.create_task(self._deliver(d))
+            self._inflight.add(task)
+            task.add_done_callback(self._finished)
+        return NotifyPass(0.0 if rows and len(rows) == free else None, claimed=len(rows))
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self.wake()
+
+    async def _read_depth(self) -> None:
+        if time.monotonic() - self._depth_at >= DEPTH_EVERY:
+            self._depth_at = time.monotonic()
+            self.depth = await self.n.outbox_depth()
+
+    async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
+        """(status code, error): error None means delivered."""
+        msg_id = webhooks.message_id(d.id)
+        body = webhooks.body(d.format, msg_id, d.event, d.created_at, d.data)
+        headers = {**d.headers, **webhooks.headers(d.secret, msg_id, int(time.time()), body)}
+        try:
+            async with self.session.post(
+                d.url, data=body, headers=headers, allow_redirects=False
+            ) as resp:
+                await resp.read()
+                if 200 <= resp.status < 300:
+                    return resp.status, None
+                return resp.status, f"HTTP {resp.status}"
+        except TimeoutError:
+            return None, f"timed out after {self.timeout:g} s"
+        except aiohttp.ClientError as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX]
+
+    async def _deliver(self, d: Delivery) -> None:
+        started = time.monotonic()
+        host = urlsplit(d.url).hostname or ""
+        # Checked again here: the allow-list may have shrunk since the channel was made.
+        allowed = host_allowed(host, self.allowed_hosts)
+        if allowed:
+            status, error = await self._send(d)
+        else:
+            status, error = None, f"host {host!r} is not in notify_allowed_hosts"
+        duration = time.monotonic() - started
+        if error is None:
+            outcome, retry_in = "delivered", 0.0
+        else:
+            retry_in = retry_delay(d.attempts)
+            late = d.age_seconds + duration + retry_in > self.retry_window
+            outcome = "failed" if late or not allowed else "pending"
+        try:
+            kept = await self.n.record_delivery(
+                d, self.owner, status, error, outcome, retry_in, duration
+            )
+        except DB_ERRORS as exc:  # the lease lapses and another attempt follows
+            kept, outcome = False, "unrecorded"
+            log_event(
+                self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
+            )
+        except Exception as exc:  # one delivery never stops the service
+            kept, outcome = False, "unrecorded"
+            log_event(self.log, "delivery_unrecorded", level=logging.ERROR, error=repr(exc))
+        if not kept and outcome != "unrecorded":
+            outcome = "lease_lost"
+        shown = "retry" if outcome == "pending" else outcome
+        self.outcomes[(d.channel_name, shown)] += 1
+        log_event(
+            self.log,
+            "delivery_attempt",
+            level=logging.INFO if error is None else logging.WARNING,
+            delivery_id=d.id,
+            channel=d.channel_name,
+            kind=d.event,
+            attempt=d.attempts,
+            status_code=status,
+            outcome=shown,
+            duration_ms=round(duration * 1000, 1),
+            retry_in=round(retry_in, 1) if outcome == "pending" else None,
+            error=error,
+        )

@@ -1,0 +1,102 @@
+"""A webhook receiver for the notification tests: an aiohttp server on loopback that verifies
+every request's Standard Webhooks signature, records it, and can be told to answer 500,
+to hold requests (time out) until released, or be down."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+SECRET = "whsec_" + base64.b64encode(b"punchclock-test-secret-32-bytes!").decode()
+
+
+def verify(secret: str, headers: Any, body: bytes, tolerance: int = 300) -> bool:
+    """README's verification example, verbatim in spirit: what a receiver does."""
+    msg_id, ts = headers["webhook-id"], headers["webhook-timestamp"]
+    if abs(time.time() - int(ts)) > tolerance:
+        return False  # too old (or from the future): a replay
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{msg_id}.{ts}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return any(
+        hmac.compare_digest(f"v1,{expected}", sig) for sig in headers["webhook-signature"].split()
+    )
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    verified: bool
+
+    @property
+    def id(self) -> str:
+        return self.headers["webhook-id"]
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Receiver:
+    def __init__(self, secret: str | None = SECRET) -> None:
+        self.secret = secret
+        self.received: list[Received] = []
+        self.mode = "ok"  # ok | fail (500) | hold (answer once released) | redirect
+        self.release = asyncio.Event()
+        self.arrived = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def _hook(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        ok = self.secret is not None and "webhook-signature" in headers
+        self.received.append(
+            Received(headers, body, ok and verify(self.secret or "", headers, body))
+        )
+        self.arrived.set()
+        if self.mode == "fail":
+            return web.Response(status=500, text="boom")
+        if self.mode == "redirect":
+            raise web.HTTPFound("/elsewhere")
+        if self.mode == "hold":
+            await self.release.wait()
+        return web.Response(status=204)
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        raise AssertionError("a redirect was followed")
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application()
+        app.router.add_post("/hook", self._hook)
+        app.router.add_route("*", "/elsewhere", self._elsewhere)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port or self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def ids(self) -> list[str]:
+        return [r.id for r in self.received]
+
+    def events(self) -> list[str]:
+        return [r.json["type"] for r in self.received]
