@@ -308,21 +308,70 @@ WITH t AS (
     JOIN runs r ON r.id = a.run_id
     WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
+), streak_reset AS (
+    -- A batch of successes only (Store.complete_runs picks the statement): the one event it
+    -- can raise is job_recovered, when a job's dead streak had reached N (job_streaks has a
+    -- row only while a streak lasts, so an unwatched job costs one probe of an empty index).
+    DELETE FROM job_streaks s
+    WHERE s.job_id = ANY (ARRAY(SELECT job_id FROM done))
+    RETURNING s.job_id, s.dead_streak
+), events AS (
+    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
+    SELECT c.channel_id, 'job_recovered', r.job_id, o.run_id,
+           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+                              'streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
+    FROM streak_reset r
+    CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
+    CROSS JOIN LATERAL notify_targets(r.job_id, 'job_recovered') c
+    JOIN jobs j ON j.id = r.job_id
+    WHERE r.dead_streak >= 1
+)
+SELECT d.id, d.run_after, now() AS db_now FROM done d
+UNION ALL
+SELECT y.id, y.run_after, now() AS db_now FROM already y;
+
+-- name: complete_runs_with_events
+-- complete_runs for a batch with a failed or dead result: the same statement up to
+-- `already` (a unit test keeps them identical), plus the notification events in this
+-- transaction (DESIGN.md, Notifications), written only where a channel subscribes.
+WITH t AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
+                         $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
+                         $11::float8[], $12::int8[], $13::bool[], $14::bool[])
+        AS t(id, token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
+             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced)
+), done AS (
+    UPDATE runs r SET status = t.status::run_status,
+        finished_at = CASE WHEN t.status = 'failed' THEN NULL ELSE now() END,
+        run_after = CASE WHEN t.status = 'failed'
+                         THEN now() + make_interval(secs => t.retry_in) ELSE r.run_after END,
+        lease_owner = NULL, lease_expires_at = NULL, last_error = t.error
+    FROM t
+    -- `= ANY($1)` gives the (generic) plan the primary key when many runs are running.
+    WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
+      AND r.lease_owner = $15::text
+      AND r.status = 'running' AND r.lease_expires_at > now()
+    RETURNING r.id, r.attempts, r.run_after, r.job_id, r.status, r.scheduled_at
+), att AS (
+    UPDATE run_attempts a SET finished_at = now(), outcome = t.outcome::attempt_outcome,
+        error = t.error, exit_code = t.exit_code, signal = t.signal,
+        stdout_tail = t.stdout_tail, stderr_tail = t.stderr_tail,
+        cpu_seconds = t.cpu_seconds, peak_rss_bytes = t.peak_rss_bytes,
+        stdout_replaced = t.stdout_replaced, stderr_replaced = t.stderr_replaced
+    FROM done d JOIN t ON t.id = d.id
+    WHERE a.run_id = d.id AND a.attempt = d.attempts
+), already AS (
+    -- Reads the snapshot from before `done` and `att`: nothing this statement ends is here.
+    SELECT a.run_id AS id, r.run_after FROM t
+    JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
+    JOIN runs r ON r.id = a.run_id
+    WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
+      AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), ended AS (
-    -- Notifications, in this transaction (DESIGN.md, Notifications). Outbox rows only where
-    -- a channel subscribes: a batch of successes of unwatched jobs probes two empty indexes.
     SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
            t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event
     FROM done d JOIN t ON t.id = d.id
     WHERE d.status IN ('dead', 'failed')
-), run_events AS (
-    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
-    SELECT c.channel_id, e.event, e.job_id, e.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
-        'run', jsonb_build_object('id', e.id, 'scheduled_at', e.scheduled_at,
-            'status', e.status, 'attempt', e.attempts, 'exit_code', e.exit_code,
-            'error', e.error))
-    FROM ended e CROSS JOIN LATERAL notify_targets(e.job_id, e.event) c
-    JOIN jobs j ON j.id = e.job_id
 ), streak_reset AS (
     -- A success ends a dead streak (job_recovered). A job with a success in this batch
     -- does not grow its streak from the same batch.
@@ -341,19 +390,29 @@ WITH t AS (
     SELECT job_id, n FROM streak_in
     ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak
     RETURNING s.job_id, s.dead_streak
-), job_events AS (
-    -- job_failing when a streak reaches N (N = 1: its first dead run), once per streak.
+), events AS (
+    -- One INSERT for every event of the batch (each data-modifying CTE costs its setup on
+    -- every call): the runs' own, job_failing when a streak reaches N (N = 1: its first
+    -- dead run, so once per streak), job_recovered when a streak that had reached N ends.
     INSERT INTO outbox (channel_id, event, job_id, run_id, data)
     SELECT c.channel_id, x.event, x.job_id, x.run_id,
-           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name), 'streak', x.streak, 'run',
-                              jsonb_build_object('id', x.run_id))
-    FROM (SELECT g.job_id, 'job_failing' AS event, g.dead_streak AS streak, i.run_id
+           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name)) || x.data
+    FROM (SELECT e.job_id, e.event, e.id AS run_id,
+                 jsonb_build_object('run', jsonb_build_object('id', e.id,
+                     'scheduled_at', e.scheduled_at, 'status', e.status, 'attempt', e.attempts,
+                     'exit_code', e.exit_code, 'error', e.error)) AS data
+          FROM ended e
+          UNION ALL
+          SELECT g.job_id, 'job_failing', i.run_id,
+                 jsonb_build_object('streak', g.dead_streak, 'run', jsonb_build_object('id', i.run_id))
           FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
           WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
           UNION ALL
-          SELECT r.job_id, 'job_recovered', r.dead_streak,
-                 (SELECT max(o.id) FROM done o WHERE o.job_id = r.job_id)
-          FROM streak_reset r WHERE r.dead_streak >= 1) x
+          SELECT r.job_id, 'job_recovered', o.run_id,
+                 jsonb_build_object('streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
+          FROM streak_reset r
+          CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
+          WHERE r.dead_streak >= 1) x
     CROSS JOIN LATERAL notify_targets(x.job_id, x.event) c
     JOIN jobs j ON j.id = x.job_id
 )
