@@ -49,6 +49,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
     app[DASH] = Dashboard.over(store)
     app[UI_STORE] = store
+    app[pages_overview.SNAPSHOT] = pages_overview.DaySnapshot()
     app[UI_CONFIG] = cfg
     app[UI_LIMITS] = limits or PlanLimits()
     aiohttp_jinja2.setup(

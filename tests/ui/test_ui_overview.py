@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from dataclasses import replace
 
 import asyncpg
 
+from api.ui.pages_overview import DAY_REFRESH, DaySnapshot
 from supervisor.core import jobs
+from supervisor.core.dashboard import Dashboard
+from supervisor.core.model import RunStatus
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
 from .. import factory
-from ..helpers import job
+from ..helpers import job, wait_for
 from .conftest import Ui
 
 
@@ -68,3 +73,16 @@ async def test_overview_queries_read_index_ranges(store: Store) -> None:
             call = f"q{n}({args})" if args else f"q{n}"
             plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {call}")
             assert '"Seq Scan"' not in json.dumps(json.loads(plan)), (query, plan)
+
+
+async def test_day_snapshot_is_served_at_once_and_refreshed_behind(store: Store) -> None:
+    d, snap = Dashboard.over(store), DaySnapshot()
+    job_id = (await jobs.create_job(store, job("day", cron="0 0 1 1 *"), factory.LIMITS)).id
+    first = await snap.get(d, await store.now())  # the first view waits for it
+    await factory.insert_runs(store, job_id, 1, status="dead", start_s=30)
+    assert await snap.get(d, await store.now()) is first  # fresh: not read again
+    snap.day = replace(first, taken=time.monotonic() - DAY_REFRESH - 1)
+    stale = await snap.get(d, await store.now())
+    assert stale.counts == first.counts  # served at once, refreshed behind it
+    await wait_for(lambda: snap.day is not stale, 10, "the refresh")
+    assert snap.day is not None and snap.day.counts[RunStatus.DEAD] == 1
