@@ -3,10 +3,11 @@
 last 24 h (inline SVG); start lateness; live workers; jobs no live worker serves; the next
 runs due. Every figure reads one index range (ui.sql), never the whole of runs.
 
-The 24 h figures read a day of the runs_status_history index (at 10,000 runs an hour, about
-240,000 entries and 100 ms), so each API process keeps them as a snapshot at most
-DAY_REFRESH seconds old: a stale snapshot is served at once while one refresh runs behind
-it, so no page view waits for a day's count except the very first."""
+The history figures (the day's counts, both charts, start lateness) read up to a day of the
+history indexes (at 10,000 runs an hour, about 240,000 entries and 100 ms), so each API
+process keeps them as a snapshot at most DAY_REFRESH seconds old: a stale snapshot is served
+at once while one refresh runs behind it, so no page view waits for them but the first.
+What is due, running and late now is read live."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from aiohttp import web
 from api.ui import svg
 from api.ui.site import UI_CONFIG, dash, render, store
 from supervisor.core import runs
-from supervisor.core.dashboard import Dashboard
+from supervisor.core.dashboard import Dashboard, Lateness
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.model import RunStatus
 from supervisor.core.runs import RunFilters
@@ -36,6 +37,8 @@ DAY_REFRESH = 10.0  # seconds: how old the 24 h figures may be
 class Day:
     counts: dict[RunStatus, int]  # runs scheduled in the last 24 h and due, per status
     hours: dict[tuple[datetime, RunStatus], int]  # ended runs per hour bucket and status
+    minutes: dict[tuple[datetime, RunStatus], int]  # the same per minute, last hour
+    lateness: Lateness
     taken_at: datetime
     taken: float  # monotonic
 
@@ -62,7 +65,9 @@ class DaySnapshot:
     async def _take(self, d: Dashboard, now: datetime) -> None:
         counts = await d.ui_status_counts(DAY)
         hours = await d.ui_outcome_buckets(DAY, 3600)
-        self.day = Day(counts, hours, now, time.monotonic())
+        minutes = await d.ui_outcome_buckets(HOUR, 60)
+        lateness = await d.ui_lateness(HOUR, LATENESS_SAMPLE)
+        self.day = Day(counts, hours, minutes, lateness, now, time.monotonic())
 
     async def _take_quietly(self, d: Dashboard, now: datetime) -> None:
         with contextlib.suppress(*DB_ERRORS):  # the next view tries again
@@ -77,7 +82,6 @@ async def overview(request: web.Request) -> web.StreamResponse:
     s, d = store(request), dash(request)
     now = await s.now()
     max_lag = request.app[UI_CONFIG].ready_max_lag
-    minutes = await d.ui_outcome_buckets(HOUR, 60)
     day = await request.app[SNAPSHOT].get(d, now)
     workers = [w for w in await s.list_workers(0.0, 1000) if w.live]
     context = {
@@ -87,8 +91,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         "open": await d.ui_open_counts(),
         "day": day.counts,
         "day_taken_at": day.taken_at,
-        "lateness": await d.ui_lateness(HOUR, LATENESS_SAMPLE),
-        "per_minute": svg.outcome_chart(minutes, now, timedelta(minutes=1), 60, 10, "%H:%M"),
+        "lateness": day.lateness,
+        "per_minute": svg.outcome_chart(day.minutes, now, timedelta(minutes=1), 60, 10, "%H:%M"),
         "per_hour": svg.outcome_chart(day.hours, now, timedelta(hours=1), 24, 4, "%H:00"),
         "workers": workers,
         "unserved": await d.ui_unserved_jobs(20),
