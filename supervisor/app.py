@@ -206,6 +206,7 @@ class Supervisor:
             timeout=cfg.notify_timeout,
             retry_window=cfg.notify_retry_window,
             allowed_hosts=cfg.notify_allowed_hosts,
+            late_after=cfg.ready_max_lag,
         )
         loops: list[Loop] = [
             planner,

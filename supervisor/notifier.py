@@ -33,6 +33,7 @@ RETRY_CAP = 3600.0
 LEASE_SLACK = 5.0  # a claim lasts the request timeout plus this
 DEPTH_EVERY = 15.0  # seconds between outbox depth reads (a gauge)
 ERROR_MAX = 500
+LATE_BATCH = 1000  # the oldest late runs looked at per check
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class WebhookNotifier(Loop):
         timeout: float,
         retry_window: float,
         allowed_hosts: tuple[str, ...] = (),
+        late_after: float = 60.0,
         interval: float = 1.0,
         concurrency: int = 16,
     ) -> None:
@@ -66,6 +68,7 @@ class WebhookNotifier(Loop):
         self.timeout = timeout
         self.retry_window = retry_window
         self.allowed_hosts = allowed_hosts
+        self.late_after = late_after  # run_late: a due run waited this long (ready_max_lag)
         self.concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -147,9 +150,15 @@ class WebhookNotifier(Loop):
         self.wake()
 
     async def _read_depth(self) -> None:
+        """Every DEPTH_EVERY seconds: the outbox gauge, and the time-based events."""
         if time.monotonic() - self._depth_at >= DEPTH_EVERY:
             self._depth_at = time.monotonic()
+            await self.check_late()
             self.depth = await self.n.outbox_depth()
+
+    async def check_late(self) -> int:
+        """Raise run_late for due runs that waited longer than `late_after` (once per run)."""
+        return await self.n.raise_late_runs(self.late_after, LATE_BATCH)
 
     async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
         """(status code, error): error None means delivered."""

@@ -131,6 +131,10 @@ class Notifications(Queries):
         args = (d.id, d.attempts, owner, status_code, error, outcome, retry_in, duration)
         return bool(await self._fetchval("record_delivery", *args))
 
+    async def raise_late_runs(self, older_than: float, limit: int) -> int:
+        """run_late events written (0 when every late run was told already)."""
+        return int((await self._execute("raise_late_runs", older_than, limit)).split()[-1])
+
     async def outbox_depth(self) -> tuple[int, float]:
         row = await self._fetchrow("outbox_depth")
         assert row is not None

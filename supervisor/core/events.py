@@ -24,6 +24,7 @@ class Event(StrEnum):
     RUN_DEAD = "run_dead"  # out of attempts, or exit 65
     RUN_MISSED = "run_missed"  # an instant recorded skipped because it was missed
     RUN_OVERLAP_SKIPPED = "run_overlap_skipped"
+    RUN_LATE = "run_late"  # a due run waited longer than ready_max_lag (once per run)
     JOB_FAILING = "job_failing"  # a streak of dead runs began (one per streak)
     JOB_RECOVERED = "job_recovered"  # the first success after job_failing
     WORKER_LOST = "worker_lost"  # a supervisor stopped renewing; its runs were reaped

@@ -111,6 +111,24 @@ WITH moved AS (
 )
 SELECT count(*) FROM moved;
 
+-- name: raise_late_runs
+-- run_late: due runs that waited longer than $1 seconds (the oldest $2), for the channels
+-- that subscribe. Time-based, so any notifier may raise it; the unique dedupe_key (one per
+-- run) makes it once per run whoever does. Only the oldest $2 late runs are looked at.
+INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
+SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
+       jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+           'run', jsonb_build_object('id', r.id, 'scheduled_at', r.scheduled_at,
+               'status', r.status, 'attempt', r.attempts,
+               'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3)))
+FROM (SELECT id, job_id, scheduled_at, status, attempts, run_after FROM runs
+      WHERE status IN ('scheduled', 'failed')
+        AND run_after < now() - make_interval(secs => $1::float8)
+      ORDER BY run_after LIMIT $2::int) r
+JOIN jobs j ON j.id = r.job_id AND NOT j.paused AND j.deleted_at IS NULL
+CROSS JOIN LATERAL notify_targets(r.job_id, 'run_late') c
+ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
+
 -- name: outbox_depth
 -- Pending deliveries and the age of the oldest (outbox_due).
 SELECT count(*) AS pending,

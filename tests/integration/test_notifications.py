@@ -260,3 +260,18 @@ def test_both_completion_statements_record_results_alike() -> None:
     assert recording("complete_runs") == recording("complete_runs_with_events")
     tail = "SELECT d.id, d.run_after, now() AS db_now FROM done d"
     assert tail in QUERIES["complete_runs"] and tail in QUERIES["complete_runs_with_events"]
+
+
+async def test_run_late_is_raised_once_per_late_run(store: Store) -> None:
+    await _channel(store, "http://127.0.0.1:9/hook")
+    late = await due_run(store, "late", notify=(NotifyRule("ops", ("run_late",)),))
+    quiet = await due_run(store, "quiet", notify=(NotifyRule("ops", ("run_dead",)),))
+    n = _notifier(store, late_after=60.0)
+    assert await n.check_late() == 0  # due, but not late yet
+    for run_id in (late, quiet):  # time moves through the data
+        await set_run(store, run_id, run_after=await _ago(store, 120))
+    assert await n.check_late() == 1
+    assert await _notifier(store, owner="n2", late_after=60.0).check_late() == 0  # once
+    [row] = await sql_rows(store, "SELECT event, run_id, data FROM outbox")
+    assert (row["event"], row["run_id"]) == ("run_late", late)
+    assert row["data"]["run"]["late_seconds"] >= 120
