@@ -111,6 +111,9 @@ def _row(**kw: Any) -> dict[str, Any]:
         "catchup_window_seconds": 3600.0,
         "overlap": "wait",
         "paused": False,
+        "success_exit_codes": [0, 3],
+        "dead_on": ["65", "timeout"],
+        "retry_on": None,
         "planned_until": None,
         "plan_after": NOW,
         "created_at": NOW - timedelta(hours=1),
@@ -123,6 +126,8 @@ def _row(**kw: Any) -> dict[str, Any]:
 def test_from_row_types_every_field() -> None:
     job = Job.from_row(_row(timezone="Europe/Berlin"))
     assert job.id == 7 and job.spec.overlap is Overlap.WAIT and job.spec.catchup is Catchup.LATEST
+    assert job.spec.exit_policy.success_exit_codes == (0, 3)
+    assert job.spec.exit_policy.view()["dead_on"] == [65, "timeout"]
     assert isinstance(job.spec.schedule, CronSchedule)
     assert job.spec.schedule_columns == ("0 * * * *", None, "Europe/Berlin")
     assert len(plan_job(job, NOW, PlanLimits()).rows) == 25  # 11:00 .. 12:00 + 24 h
