@@ -18,16 +18,38 @@ from bench.common import Context, ScenarioResult, api_url, summary
 
 NAME = "ui"
 P99_TARGET_MS = 50.0
+# Text each page must hold (pages() adds the ones that name its rows): a page that answers
+# 200 but shows nothing would otherwise be timed as fast.
+MARKERS: dict[str, str] = {
+    "overview": "succeeded, last 24 h",
+    "jobs by name": "job-",
+    "jobs by next run": "job-",
+    "jobs failing (fragment)": "job-",
+    "job preview (fragment)": "UTC",
+    "runs history": "job-",
+    "runs dead": "dead",
+    "runs upcoming": "scheduled",
+    "workers": "Workers",
+}
 
 
 async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, dict[str, str]]]:
-    """name -> (path, headers): every page and fragment, on rows in the middle of the data."""
+    """name -> (path, headers): every page and fragment, on rows in the middle of the data.
+    MARKERS says what each must contain (checked once before the timing)."""
     job_id = n_jobs // 2
     run_id = await conn.fetchval(
         "SELECT id FROM runs WHERE job_id = $1 AND status = 'succeeded' ORDER BY id LIMIT 1",
         job_id,
     )
     fragment = {"HX-Request": "true", "HX-Target": "jobs-table"}
+    MARKERS.update(
+        {
+            "job detail": f"job-{job_id}",
+            "run detail": f"#{run_id}",
+            "runs of a job": f"job-{job_id}<",
+            "jobs search (fragment)": f"job-{job_id // 10}",
+        }
+    )
     return {
         "overview": ("/ui/", {}),
         "jobs by name": ("/ui/jobs", {}),
@@ -46,6 +68,15 @@ async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, d
         "run detail": (f"/ui/runs/{run_id}", {}),
         "workers": ("/ui/workers", {}),
     }
+
+
+async def contents(base: str, cases: dict[str, tuple[str, dict[str, str]]]) -> dict[str, bool]:
+    out = {}
+    async with aiohttp.ClientSession() as http:
+        for name, (path, headers) in cases.items():
+            async with http.get(base + path, headers=headers, allow_redirects=False) as resp:
+                out[name] = resp.status == 200 and MARKERS.get(name, "") in await resp.text()
+    return out
 
 
 async def latencies(
@@ -91,7 +122,10 @@ async def run(ctx: Context) -> ScenarioResult:
             await conn.close()
         api_proc = ctx.procs.api(dsn)
         try:
-            lat = await latencies(await api_url(api_proc), cases, rounds, warmup)
+            base = await api_url(api_proc)
+            for name, ok in (await contents(base, cases)).items():
+                res.checks[f"{name}: shows {MARKERS.get(name, '')!r}"] = ok
+            lat = await latencies(base, cases, rounds, warmup)
         finally:
             ctx.procs.stop(api_proc)
     healthz = summary(lat.pop("baseline: GET /healthz"))
