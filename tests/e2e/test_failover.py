@@ -179,7 +179,8 @@ async def _run(
         job("parked", "append", cron=None, run_at=datetime.now(UTC) + timedelta(days=1)),
         LIMITS,
     )
-    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}", parked.id))
+    probe_stop = asyncio.Event()
+    probe = asyncio.create_task(_probe_api(f"http://127.0.0.1:{api_port}", parked.id, probe_stop))
     old = await asyncpg.connect(primary.dsn)  # the old primary, directly
     try:
         promoted_at = time.time()
@@ -215,7 +216,8 @@ async def _run(
     await wait_for(lambda: all_in(store, f.run_ids, "succeeded"), 60, "every run to succeed")
     cron_until = datetime.fromtimestamp(stopped_at + 3, UTC)
     await wait_for(lambda: _cron_done(store, cron.id, cron_until), 30, "cron to catch up")
-    api_statuses = await _stop(probe)
+    probe_stop.set()  # the probe ends after its request in flight (cancelling could cut it)
+    api_statuses = await probe
     # The API serves reads and writes again on the new primary.
     assert [s for _, s in api_statuses[-10:]] == [200] * 10, api_statuses[-10:]
 
@@ -261,13 +263,15 @@ def _lost(sups: list[Supervisor], history: list[asyncpg.Record]) -> dict[str, in
     }
 
 
-async def _probe_api(base: str, job_id: int) -> list[tuple[float, int]]:
-    """A read (GET /v1/runs) and a write (PATCH a parked job) every 50 ms until cancelled:
+async def _probe_api(base: str, job_id: int, stop: asyncio.Event) -> list[tuple[float, int]]:
+    """A read (GET /v1/runs) and a write (PATCH a parked job) every 50 ms until `stop`:
     (time, status; 0 when no answer)."""
     seen: list[tuple[float, int]] = []
     timeout = aiohttp.ClientTimeout(total=5)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for n in itertools.count():
+            if stop.is_set():
+                break
             try:
                 if n % 2:
                     request = http.patch(f"{base}/v1/jobs/{job_id}", json={"payload": {"n": n}})
@@ -278,16 +282,9 @@ async def _probe_api(base: str, job_id: int) -> list[tuple[float, int]]:
                     seen.append((time.time(), resp.status))
             except (aiohttp.ClientError, TimeoutError):
                 seen.append((time.time(), 0))
-            try:
-                await asyncio.sleep(0.05)  # the probe's cadence, not a synchronisation
-            except asyncio.CancelledError:
-                break
+            with contextlib.suppress(TimeoutError):  # the probe's cadence, or `stop`
+                await asyncio.wait_for(stop.wait(), 0.05)
     return seen
-
-
-async def _stop(probe: asyncio.Task[list[tuple[float, int]]]) -> list[tuple[float, int]]:
-    probe.cancel()
-    return await probe
 
 
 async def _create_via_api(base: str, out: Path, n: int) -> list[int]:
