@@ -10,7 +10,6 @@ statement settles on) is recorded with EXPLAIN ANALYZE.
 
 from __future__ import annotations
 
-import random
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ import aiohttp
 import asyncpg
 
 from api import cursor
-from bench.common import Context, ScenarioResult, api_url, summary
+from bench.common import Context, ScenarioResult, api_url, interleaved, summary, timed_request
 from supervisor.core import runs as run_ops
 from supervisor.core.runs import RunFilters
 from supervisor.core.sql import QUERIES
@@ -199,46 +198,31 @@ def indexes_used(plan: str) -> list[str]:
     return sorted(set(found))
 
 
+def ok(status: int) -> bool:
+    return status < 300
+
+
 async def latencies(
     base: str, cases_: dict[str, dict[str, Any]], rounds: int, warmup: int
 ) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in cases_}
-    out["POST /v1/jobs"] = []
-    out["baseline: GET /healthz"] = []
-    names = list(cases_)
-    rng = random.Random(3)
+    names = [*cases_, "POST /v1/jobs", "baseline: GET /healthz"]
     async with aiohttp.ClientSession() as http:
 
-        async def timed(method: str, path: str, **kw: Any) -> float:
-            started = time.perf_counter()
-            async with http.request(method, base + path, **kw) as resp:
-                await resp.read()
-                if resp.status >= 300:
-                    raise RuntimeError(f"{method} {path}: {resp.status} {await resp.text()}")
-            return (time.perf_counter() - started) * 1000
+        async def request(name: str, i: int) -> float:
+            if name == "POST /v1/jobs":
+                body = {
+                    "name": f"bench-post-{i}",
+                    "type": "noop",
+                    "cron": "*/5 * * * *",
+                    "timezone": "Europe/Berlin",
+                }
+                return await timed_request(http, "POST", base + "/v1/jobs", ok, json=body)
+            if name == "baseline: GET /healthz":
+                return await timed_request(http, "GET", base + "/healthz", ok)
+            params = cases_[name]["params"]
+            return await timed_request(http, "GET", base + "/v1/runs", ok, params=params)
 
-        for i in range(warmup + rounds):
-            order = [*names, "POST", "healthz"]
-            rng.shuffle(order)
-            for name in order:
-                if name == "POST":
-                    body = {
-                        "name": f"bench-post-{i}",
-                        "type": "noop",
-                        "cron": "*/5 * * * *",
-                        "timezone": "Europe/Berlin",
-                    }
-                    ms = await timed("POST", "/v1/jobs", json=body)
-                    key = "POST /v1/jobs"
-                elif name == "healthz":
-                    ms = await timed("GET", "/healthz")
-                    key = "baseline: GET /healthz"
-                else:
-                    ms = await timed("GET", "/v1/runs", params=cases_[name]["params"])
-                    key = name
-                if i >= warmup:
-                    out[key].append(ms)
-    return out
+        return await interleaved(names, rounds, warmup, 3, request)
 
 
 async def run(ctx: Context) -> ScenarioResult:

@@ -10,14 +10,17 @@ import json
 import math
 import os
 import platform
+import random
 import signal
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import psutil
 
@@ -297,3 +300,36 @@ class Context:
     procs: Processes
     workdir: Path
     smoke: bool
+
+
+async def timed_request(
+    http: aiohttp.ClientSession, method: str, url: str, ok: Callable[[int], bool], **kw: Any
+) -> float:
+    """Milliseconds for one request read to its end; RuntimeError on a status `ok` refuses."""
+    started = time.perf_counter()
+    async with http.request(method, url, **kw) as resp:
+        await resp.read()
+        if not ok(resp.status):
+            raise RuntimeError(f"{method} {url}: {resp.status} {await resp.text()}")
+    return (time.perf_counter() - started) * 1000
+
+
+async def interleaved(
+    names: Sequence[str],
+    rounds: int,
+    warmup: int,
+    seed: int,
+    request: Callable[[str, int], Awaitable[float]],
+) -> dict[str, list[float]]:
+    """Every round makes each named request once, in a shuffled order so noise hits every
+    one alike; `request(name, round)` returns its milliseconds. Those after `warmup`."""
+    out: dict[str, list[float]] = {name: [] for name in names}
+    rng = random.Random(seed)
+    for i in range(warmup + rounds):
+        order = list(names)
+        rng.shuffle(order)
+        for name in order:
+            ms = await request(name, i)
+            if i >= warmup:
+                out[name].append(ms)
+    return out

@@ -6,7 +6,6 @@ as admin, so no login is needed. Target (issue 13): p99 <= 50 ms for each.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ import aiohttp
 import asyncpg
 
 from bench.api import generate
-from bench.common import Context, ScenarioResult, api_url, summary
+from bench.common import Context, ScenarioResult, api_url, interleaved, summary, timed_request
 
 NAME = "ui"
 P99_TARGET_MS = 50.0
@@ -82,27 +81,15 @@ async def contents(base: str, cases: dict[str, tuple[str, dict[str, str]]]) -> d
 async def latencies(
     base: str, cases: dict[str, tuple[str, dict[str, str]]], rounds: int, warmup: int
 ) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in [*cases, "baseline: GET /healthz"]}
-    rng = random.Random(5)
     async with aiohttp.ClientSession() as http:
 
-        async def timed(path: str, headers: dict[str, str]) -> float:
-            started = time.perf_counter()
-            async with http.get(base + path, headers=headers, allow_redirects=False) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"GET {path}: {resp.status} {await resp.text()}")
-            return (time.perf_counter() - started) * 1000
+        async def request(name: str, _round: int) -> float:
+            path, headers = cases.get(name, ("/healthz", {}))
+            url = base + path
+            kw = {"headers": headers, "allow_redirects": False}
+            return await timed_request(http, "GET", url, lambda s: s == 200, **kw)
 
-        for i in range(warmup + rounds):
-            order = list(out)
-            rng.shuffle(order)  # noise hits every page alike
-            for name in order:
-                path, headers = cases.get(name, ("/healthz", {}))
-                ms = await timed(path, headers)
-                if i >= warmup:
-                    out[name].append(ms)
-    return out
+        return await interleaved([*cases, "baseline: GET /healthz"], rounds, warmup, 5, request)
 
 
 async def run(ctx: Context) -> ScenarioResult:
