@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -77,9 +78,11 @@ def size(value: int | None) -> str:
     return f"{amount:.1f} GiB"
 
 
+@functools.lru_cache(maxsize=4096)
 def cron_words(cron: str | None) -> str:
     """A cron expression in plain words ("At 02:00, Monday through Friday"); seconds come
-    first in a 6-field expression, as in punchclock's."""
+    first in a 6-field expression, as in punchclock's. Cached: cron_descriptor reads its
+    locale file on every call (0.7 ms), and a jobs page shows 50 expressions."""
     if not cron:
         return ""
     if cron.startswith("@"):

@@ -1,13 +1,15 @@
 """The overview (/ui/): the runs that make /readyz fail, at the top; open runs and the last
 24 h by status; succeeded and failed per minute over the last hour and per hour over the
-last 24 h (inline SVG); start lateness; live workers; jobs no live worker serves; the next
-runs due. Every figure reads one index range (ui.sql), never the whole of runs.
+last week, start lateness p50/p99 over both (inline SVG); live workers; jobs no live worker
+serves; the next runs due. Every figure reads index ranges (ui.sql), never the whole of runs.
 
-The history figures (the day's counts, both charts, start lateness) read up to a day of the
-history indexes (at 10,000 runs an hour, about 240,000 entries and 100 ms), so each API
-process keeps them as a snapshot at most DAY_REFRESH seconds old: a stale snapshot is served
-at once while one refresh runs behind it, so no page view waits for them but the first.
-What is due, running and late now is read live."""
+The history figures read up to a day of the history indexes (at 10,000 runs an hour, about
+240,000 entries and 100 ms), so each API process keeps them as a snapshot at most
+DAY_REFRESH seconds old: a stale snapshot is served at once while one refresh runs behind
+it, so no page view waits for them but the first. The week's closed hours come from
+run_hours, which each refresh tops up by at most FILL_BATCH hours (ui_fill_hours); the
+current hour is summed from the minute buckets. What is due, running and late now is read
+live."""
 
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from aiohttp import web
+from markupsafe import Markup
 
 from api.ui import svg
 from api.ui.site import UI_CONFIG, dash, render, store
 from supervisor.core import runs
-from supervisor.core.dashboard import Dashboard, Lateness
+from supervisor.core.dashboard import Dashboard, Hour, Lateness
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.model import RunStatus
 from supervisor.core.runs import RunFilters
@@ -30,21 +33,26 @@ from supervisor.core.runs import RunFilters
 routes = web.RouteTableDef()
 DAY, HOUR = 86400.0, 3600.0
 LATENESS_SAMPLE = 5000
-DAY_REFRESH = 10.0  # seconds: how old the 24 h figures may be
+DAY_REFRESH = 10.0  # seconds: how old the history figures may be
+FILL_BATCH = 6  # run_hours rows per statement (about 40 ms each at 10,000 runs an hour)
+FILL_SECONDS = 0.2  # a refresh starts no new batch after this long
+WEEK = 168  # hours
 
 
 @dataclass(frozen=True)
 class Day:
     counts: dict[RunStatus, int]  # runs scheduled in the last 24 h and due, per status
-    hours: dict[tuple[datetime, RunStatus], int]  # ended runs per hour bucket and status
+    hours: dict[tuple[datetime, RunStatus], int]  # ended runs per hour and status, a week
     minutes: dict[tuple[datetime, RunStatus], int]  # the same per minute, last hour
-    lateness: Lateness
+    lateness: Lateness  # the last hour's
+    late_hours: dict[datetime, tuple[float | None, float | None, int]]  # p50, p99, n
+    charts: dict[str, Markup]  # drawn once per snapshot
     taken_at: datetime
     taken: float  # monotonic
 
 
 class DaySnapshot:
-    """The overview's 24 h figures of this process, refreshed behind the page views."""
+    """The overview's history figures in this process, refreshed behind the page views."""
 
     def __init__(self) -> None:
         self.day: Day | None = None
@@ -52,6 +60,7 @@ class DaySnapshot:
 
     async def get(self, d: Dashboard, now: datetime) -> Day:
         if self.day is None:
+            await self._fill(d)
             await self._take(d, now)
         elif time.monotonic() - self.day.taken > DAY_REFRESH and not self._refreshing:
             self._refresh = asyncio.get_running_loop().create_task(self._take_quietly(d, now))
@@ -64,14 +73,52 @@ class DaySnapshot:
 
     async def _take(self, d: Dashboard, now: datetime) -> None:
         counts = await d.ui_status_counts(DAY)
-        hours = await d.ui_outcome_buckets(DAY, 3600)
         minutes = await d.ui_outcome_buckets(HOUR, 60)
         lateness = await d.ui_lateness(HOUR, LATENESS_SAMPLE)
-        self.day = Day(counts, hours, minutes, lateness, now, time.monotonic())
+        week = await d.ui_week_hours()
+        hours = week_counts(week, minutes, now)
+        late_hours = {h.hour: (h.late_p50, h.late_p99, h.late_n) for h in week}
+        charts = {
+            "per_minute": svg.outcome_chart(
+                minutes, now, timedelta(minutes=1), 60, 10, "%H:%M"
+            ).svg("runs succeeded and failed per minute over the last hour"),
+            "per_hour": svg.outcome_chart(hours, now, timedelta(hours=1), WEEK, 24, "%a %d").svg(
+                "runs succeeded and failed per hour over the last week"
+            ),
+            "late_hours": svg.lateness_chart(late_hours, now, WEEK, 24, "%a %d").svg(
+                "start lateness p50 and p99 per hour over the last week"
+            ),
+        }
+        self.day = Day(counts, hours, minutes, lateness, late_hours, charts, now, time.monotonic())
 
     async def _take_quietly(self, d: Dashboard, now: datetime) -> None:
         with contextlib.suppress(*DB_ERRORS):  # the next view tries again
+            await self._fill(d)
             await self._take(d, now)
+
+    async def _fill(self, d: Dashboard) -> None:
+        """Writes run_hours batches, newest hours first, until none is missing or
+        FILL_SECONDS have passed (the rest waits for the next refresh)."""
+        deadline = time.monotonic() + FILL_SECONDS
+        while await d.ui_fill_hours(FILL_BATCH) and time.monotonic() < deadline:
+            pass
+
+
+def week_counts(
+    week: list[Hour], minutes: dict[tuple[datetime, RunStatus], int], now: datetime
+) -> dict[tuple[datetime, RunStatus], int]:
+    """Ended runs per (hour, status): closed hours from run_hours, the current one summed
+    from the minute buckets."""
+    out: dict[tuple[datetime, RunStatus], int] = {}
+    for h in week:
+        out[h.hour, RunStatus.SUCCEEDED] = h.succeeded
+        out[h.hour, RunStatus.FAILED] = h.failed
+        out[h.hour, RunStatus.DEAD] = h.dead
+    current = datetime.fromtimestamp(now.timestamp() // HOUR * HOUR, tz=now.tzinfo)
+    for (minute, status), n in minutes.items():
+        if minute >= current:
+            out[current, status] = out.get((current, status), 0) + n
+    return out
 
 
 SNAPSHOT = web.AppKey("ui_day_snapshot", DaySnapshot)
@@ -92,8 +139,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         "day": day.counts,
         "day_taken_at": day.taken_at,
         "lateness": day.lateness,
-        "per_minute": svg.outcome_chart(day.minutes, now, timedelta(minutes=1), 60, 10, "%H:%M"),
-        "per_hour": svg.outcome_chart(day.hours, now, timedelta(hours=1), 24, 4, "%H:00"),
+        "charts": day.charts,
+        "week_p99": max((p99 for _, p99, n in day.late_hours.values() if n and p99), default=None),
         "workers": workers,
         "unserved": await d.ui_unserved_jobs(20),
         "next_runs": await runs.list_runs(s, RunFilters(upcoming=True), None, 10),

@@ -82,6 +82,20 @@ class Lateness:
 
 
 @dataclass(frozen=True, slots=True)
+class Hour:
+    """A closed hour of the week (run_hours): its runs by how they ended, and how late their
+    first attempts started (seconds; None when none started)."""
+
+    hour: datetime
+    succeeded: int
+    failed: int
+    dead: int
+    late_n: int
+    late_p50: float | None
+    late_p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Unserved:
     id: int
     name: str
@@ -187,6 +201,25 @@ class Dashboard(Queries):
         row = await self._fetchrow("ui_lateness", window_s, limit)
         assert row is not None
         return Lateness(row["p50"], row["p99"], row["n"])
+
+    async def ui_fill_hours(self, limit: int) -> int:
+        """Writes up to `limit` missing or young rows of run_hours; returns how many."""
+        return len(await self._fetch("ui_fill_hours", limit))
+
+    async def ui_week_hours(self) -> list[Hour]:
+        rows = await self._fetch("ui_week_hours")
+        return [
+            Hour(
+                r["hour"],
+                r["succeeded"],
+                r["failed"],
+                r["dead"],
+                r["late_n"],
+                r["late_p50"],
+                r["late_p99"],
+            )
+            for r in rows
+        ]
 
     async def ui_unserved_jobs(self, limit: int) -> list[Unserved]:
         rows = await self._fetch("ui_unserved_jobs", limit)

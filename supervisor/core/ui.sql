@@ -6,20 +6,21 @@
 -- The jobs list by name: name substring $1 (case-insensitive, NULL: any), type $2, paused
 -- $3, last run status $4 (NULL: any); names after $5 (keyset; '' for the first page), at
 -- most $6. Scans jobs in name order (jobs_name_live); the three laterals probe
--- runs_job_history for the listed jobs only.
+-- runs_job_history for the listed jobs only, the last run first so that a last-status
+-- filter drops a job before its other two probes.
 SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
        nx.scheduled_at AS next_at, lr.status::text AS last_status,
        coalesce(lr.finished_at, lr.started_at, lr.scheduled_at) AS last_at,
        sr.total AS recent_total, sr.succeeded AS recent_succeeded
 FROM jobs j
 LEFT JOIN LATERAL (
-    SELECT r.scheduled_at FROM runs r
-    WHERE r.job_id = j.id AND r.scheduled_at > now() AND r.status = 'scheduled'
-    ORDER BY r.scheduled_at LIMIT 1) nx ON true
-LEFT JOIN LATERAL (
     SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
     ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr ON true
+LEFT JOIN LATERAL (
+    SELECT r.scheduled_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at > now() AND r.status = 'scheduled'
+    ORDER BY r.scheduled_at LIMIT 1) nx ON true
 LEFT JOIN LATERAL (
     SELECT count(*) AS total, count(*) FILTER (WHERE x.status = 'succeeded') AS succeeded
     FROM (SELECT r.status FROM runs r
@@ -72,8 +73,16 @@ ORDER BY n.scheduled_at, n.id
 LIMIT $7::int;
 
 -- name: ui_job_types
--- The handler types of live jobs, for the type filter (a scan of jobs: at most 10,000s).
-SELECT DISTINCT type FROM jobs WHERE deleted_at IS NULL ORDER BY type;
+-- The handler types of live jobs, for the type filter: a skip scan of jobs_type_live, one
+-- probe per distinct type (DISTINCT would read every job).
+WITH RECURSIVE t AS (
+    (SELECT type FROM jobs WHERE deleted_at IS NULL ORDER BY type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.type FROM jobs j WHERE j.deleted_at IS NULL AND j.type > t.type
+            ORDER BY j.type LIMIT 1)
+    FROM t WHERE t.type IS NOT NULL
+)
+SELECT type FROM t WHERE type IS NOT NULL;
 
 -- ---------------------------------------------------------------- overview
 -- Each count reads one index range, never the whole of runs: open runs from the partial
@@ -118,6 +127,58 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
         AND r.scheduled_at <= now() AND r.started_at IS NOT NULL AND r.attempts = 1
       ORDER BY r.scheduled_at DESC, r.id DESC
       LIMIT $2::int) x;
+
+-- name: ui_fill_hours
+-- Writes up to $1 rows of run_hours, newest first: closed hours of the last week that have
+-- no row, or whose row was computed while the hour was younger than a day (its runs may
+-- have ended since) and more than 10 minutes ago. Per hour: three counts from
+-- runs_status_history and the lateness of its first attempts from runs_history, each one
+-- hour's index range. Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
+-- Rows older than 8 days are deleted. Returns the hours written.
+WITH want AS (
+    SELECT h.hour FROM generate_series(date_bin('1 hour', now(), 'epoch') - interval '167 hours',
+                                       date_bin('1 hour', now(), 'epoch') - interval '1 hour',
+                                       interval '1 hour') AS h(hour)
+    LEFT JOIN run_hours x ON x.hour = h.hour
+    WHERE x.hour IS NULL
+       OR (x.computed_at < x.hour + interval '25 hours'
+           AND x.computed_at < now() - interval '10 minutes')
+    ORDER BY h.hour DESC
+    LIMIT $1::int
+), pruned AS (
+    DELETE FROM run_hours WHERE hour < now() - interval '8 days'
+)
+INSERT INTO run_hours AS o (hour, succeeded, failed, dead, late_n, late_p50, late_p99,
+                            computed_at)
+SELECT w.hour, c.succeeded, c.failed, c.dead, l.n, l.p50, l.p99, now()
+FROM want w
+CROSS JOIN LATERAL (
+    SELECT (SELECT count(*) FROM runs r WHERE r.status = 'succeeded'
+              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
+               AS succeeded,
+           (SELECT count(*) FROM runs r WHERE r.status = 'failed'
+              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
+               AS failed,
+           (SELECT count(*) FROM runs r WHERE r.status = 'dead'
+              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
+               AS dead) c
+CROSS JOIN LATERAL (
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x.late) AS p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY x.late) AS p99, count(*) AS n
+    FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
+          FROM runs r
+          WHERE r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour'
+            AND r.started_at IS NOT NULL AND r.attempts = 1) x) l
+ON CONFLICT (hour) DO UPDATE SET succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed,
+    dead = EXCLUDED.dead, late_n = EXCLUDED.late_n, late_p50 = EXCLUDED.late_p50,
+    late_p99 = EXCLUDED.late_p99, computed_at = EXCLUDED.computed_at
+RETURNING o.hour;
+
+-- name: ui_week_hours
+-- The run_hours rows of the last week (primary key range), oldest first.
+SELECT hour, succeeded, failed, dead, late_n, late_p50, late_p99 FROM run_hours
+WHERE hour >= date_bin('1 hour', now(), 'epoch') - interval '167 hours'
+ORDER BY hour;
 
 -- name: ui_unserved_jobs
 -- Active jobs whose type no live worker offers (a scan of jobs, never of runs).

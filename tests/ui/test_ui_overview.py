@@ -8,9 +8,12 @@ import json
 import re
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import asyncpg
+import pytest
 
+from api.ui import fmt, pages_overview
 from api.ui.pages_overview import DAY_REFRESH, DaySnapshot
 from supervisor.core import jobs
 from supervisor.core.dashboard import Dashboard
@@ -40,12 +43,13 @@ async def test_overview_puts_late_runs_first_and_counts(ui_reader: Ui, store: St
     assert re.search(r'<span class="value">1</span><span class="label">dead, last 24 h', html)
     assert re.search(r'<span class="value">4</span><span class="label">succeeded, last 24 h', html)
     bars = re.findall(r'<rect class="bar-ok"[^>]* height="([0-9.]+)"', html)
-    assert len(bars) == 60 + 24 and any(float(h) > 0 for h in bars)
+    assert len(bars) == 60 + 168 and any(float(h) > 0 for h in bars)
     titles = [
         tuple(map(int, t)) for t in re.findall(r"(\d+) succeeded, (\d+) failed</title>", html)
     ]
     minutes, hours = titles[:60], titles[60:]
-    assert len(hours) == 24
+    assert len(hours) == 168  # a week, per hour
+    assert len(re.findall(r'<rect class="bar-p50"', html)) == 168  # lateness, per hour
     for chart in (minutes, hours):  # every run in exactly one bar of each chart
         assert sum(o for o, _ in chart) == 4 and sum(b for _, b in chart) == 1
     unserved = html[html.index("Jobs no live worker serves") :]
@@ -67,12 +71,29 @@ async def test_overview_queries_read_index_ranges(store: Store) -> None:
                 ("ui_status_counts", "86400"),
                 ("ui_outcome_buckets", "3600, 60"),
                 ("ui_lateness", "3600, 5000"),
+                ("ui_fill_hours", "6"),
+                ("ui_week_hours", ""),
+                ("ui_job_types", ""),
             ]
         ):
             await conn.execute(f"PREPARE q{n} AS {QUERIES[query]}")
             call = f"q{n}({args})" if args else f"q{n}"
             plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {call}")
-            assert '"Seq Scan"' not in json.dumps(json.loads(plan)), (query, plan)
+            assert "Seq Scan" not in _scans(json.loads(plan), "runs"), (query, plan)
+
+
+def _scans(plan: object, relation: str) -> set[str]:
+    """The node types of the plan that read `relation`."""
+    found: set[str] = set()
+    if isinstance(plan, list):
+        for p in plan:
+            found |= _scans(p, relation)
+    elif isinstance(plan, dict):
+        if plan.get("Relation Name") == relation:
+            found.add(str(plan.get("Node Type")))
+        for v in plan.values():
+            found |= _scans(v, relation)
+    return found
 
 
 async def test_day_snapshot_is_served_at_once_and_refreshed_behind(store: Store) -> None:
@@ -86,3 +107,43 @@ async def test_day_snapshot_is_served_at_once_and_refreshed_behind(store: Store)
     assert stale.counts == first.counts  # served at once, refreshed behind it
     await wait_for(lambda: snap.day is not stale, 10, "the refresh")
     assert snap.day is not None and snap.day.counts[RunStatus.DEAD] == 1
+
+
+async def _hour_ago(store: Store, hours: int) -> tuple[datetime, int]:
+    """The start of the (epoch-aligned) hour `hours` before the current one, and the
+    insert_runs start_s that puts runs 30 minutes into it."""
+    now = await store.now()
+    start = datetime.fromtimestamp(now.timestamp() // 3600 * 3600 - hours * 3600, tz=UTC)
+    return start, int((now - start).total_seconds()) - 1800
+
+
+async def test_week_rolls_up_closed_hours_and_freezes_settled_ones(
+    ui_reader: Ui, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages_overview, "FILL_SECONDS", 60.0)  # the first view fills it all
+    d = Dashboard.over(store)
+    job_id = (await jobs.create_job(store, job("week", cron="0 0 1 1 *"), factory.LIMITS)).id
+    old, old_s = await _hour_ago(store, 72)  # three days ago: settled once computed
+    await factory.insert_runs(store, job_id, 5, start_s=old_s)
+    await factory.insert_runs(store, job_id, 2, status="dead", start_s=old_s + 10)
+    young, young_s = await _hour_ago(store, 2)
+    await factory.insert_runs(store, job_id, 3, start_s=young_s)
+    status, html = await ui_reader.get("/ui/")
+    assert status == 200
+    assert f"{fmt.utc(old)}: 5 succeeded, 2 failed</title>" in html
+    assert f"{fmt.utc(old)}: p50 1 s, p99 1 s over 7 runs</title>" in html  # started 1 s late
+    assert f"{fmt.utc(young)}: 3 succeeded, 0 failed</title>" in html
+    week = {h.hour: h for h in await d.ui_week_hours()}
+    assert len(week) == 167  # every closed hour of the week has its row
+    # A run that ends later in a settled hour is not counted again; a young hour's row is
+    # rewritten once it is 10 minutes old.
+    await factory.insert_runs(store, job_id, 1, start_s=old_s + 100)
+    await factory.insert_runs(store, job_id, 4, start_s=young_s + 100)
+    assert await d.ui_fill_hours(6) == 0  # nothing missing, nothing stale yet
+    await factory.sql(store, "UPDATE run_hours SET computed_at = now() - interval '11 minutes'")
+    # The hours that were younger than a day when computed: 24, or 25 in the first 11
+    # minutes of an hour.
+    assert await d.ui_fill_hours(200) in (24, 25)
+    week = {h.hour: h for h in await d.ui_week_hours()}
+    assert (week[old].succeeded, week[old].dead) == (5, 2)
+    assert week[young].succeeded == 7
