@@ -210,7 +210,9 @@ def jobs_action(args: argparse.Namespace) -> int:
     if args.action == "delete":
         data = api.call("DELETE", f"/v1/jobs/{job_id}")
         return _out(args, data, fmt.deleted)
-    return _out(args, api.call("POST", f"/v1/jobs/{job_id}/{args.action}"), fmt.job_card)
+    body = {"reason": args.reason} if args.reason is not None else None
+    data = api.call("POST", f"/v1/jobs/{job_id}/{args.action}", body=body)
+    return _out(args, data, fmt.job_card)
 
 
 def jobs_trigger(args: argparse.Namespace) -> int:
@@ -347,7 +349,9 @@ def register_client_commands(sub: Any) -> None:
     for action, text in (("pause", "pause"), ("resume", "resume"), ("delete", "delete")):
         p = _leaf(jsub, action, f"{text} a job", jobs_action)
         p.add_argument("job", help="job id or name")
-        p.set_defaults(action=action)
+        p.set_defaults(action=action, reason=None)
+        if action == "pause":
+            p.add_argument("--reason", help="why (shown and returned until resumed)")
     p = _leaf(jsub, "trigger", "run a job now", jobs_trigger)
     p.add_argument("job", help="job id or name")
     p.add_argument("--payload", help="JSON object replacing the job's payload for this run")

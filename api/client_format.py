@@ -47,7 +47,7 @@ def job_card(job: dict[str, Any]) -> str:
         f"job {job['id']}  {job['name']}",
         f"  type          {job['type']}",
         f"  schedule      {_schedule(job)} ({job['timezone']})",
-        f"  paused        {'yes' if job['paused'] else 'no'}",
+        f"  paused        {_paused(job)}",
         f"  attempts      {job['max_attempts']}, retry {retry['base_seconds']:g}s"
         f" up to {retry['cap_seconds']:g}s",
         f"  timeout       {_cell(job['timeout_seconds'])}",
@@ -62,6 +62,12 @@ def job_card(job: dict[str, Any]) -> str:
         )
     lines += [f"  warning       {w}" for w in job.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _paused(job: dict[str, Any]) -> str:
+    if not job["paused"]:
+        return "no"
+    return f"yes: {job['pause_reason']}" if job.get("pause_reason") else "yes"
 
 
 def deleted(data: dict[str, Any]) -> str:

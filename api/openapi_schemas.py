@@ -266,10 +266,24 @@ SCHEMAS: J = {
     "Problem": PROBLEM,
     "JobCreate": obj(JOB_FIELDS, required=["name", "type"]),
     "JobPatch": {
-        **obj(JOB_FIELDS, required=[]),
+        **obj(
+            {
+                **JOB_FIELDS,
+                "pause_reason": null(
+                    {
+                        **STR,
+                        "maxLength": 500,
+                        "description": "why it is paused: only on a job that is or becomes"
+                        " paused; resuming clears it",
+                    }
+                ),
+            },
+            required=[],
+        ),
         "description": "Only the fields given change. null means no value, so it is accepted"
         " only where a job can have none: timeout_seconds, and cron or run_at while giving the"
-        " other (which switches the schedule); any other null is a 422 naming the field.",
+        " other (which switches the schedule), and pause_reason; any other null is a 422"
+        " naming the field.",
     },
     "Job": JOB,
     "JobDetail": JOB_DETAIL,

@@ -53,14 +53,20 @@ async def create_job(store: Store, spec: JobSpec, limits: PlanLimits) -> Job:
 
 
 async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -> Job:
+    """PATCH: the given fields change. `pause_reason` (a string, or null for none) may come
+    with them only when the job ends up paused; resuming (`paused: false`) forgets it."""
+    fields, reason = _split_pause_reason(body)
     try:
         async with store.transaction() as tx:
             current = await tx.lock_job(job_id)
             if current is None:
                 raise NotFound(f"job {job_id} not found")
-            wanted = validate_job(body, current.spec)
+            wanted, reason = _validated(fields, current.spec, reason)
             job = await tx.update_job(job_id, wanted)
             assert job is not None
+            if job.spec.paused and not isinstance(reason, _Keep):  # resuming clears it
+                job = await tx.set_pause_reason(job_id, reason)
+                assert job is not None
             spec = job.spec
             await set_job_notify(tx, job_id, wanted.notify)
             changed = current.spec.schedule_columns != spec.schedule_columns
@@ -111,6 +117,44 @@ async def set_paused(
             await _plan_now(tx, job, limits)
             await tx.notify_wake()
     return job
+
+
+class _Keep:
+    """PATCH without pause_reason: the stored reason stays."""
+
+
+KEEP = _Keep()
+
+
+def _split_pause_reason(body: Any) -> tuple[Any, str | _Keep | None]:
+    """(the job fields, the pause_reason given or KEEP); the reason not yet checked."""
+    if not isinstance(body, dict) or "pause_reason" not in body:
+        return body, KEEP
+    fields = {k: v for k, v in body.items() if k != "pause_reason"}
+    return fields, body["pause_reason"]
+
+
+def _validated(fields: Any, base: JobSpec, reason: Any) -> tuple[JobSpec, str | _Keep | None]:
+    """validate_job and the pause_reason (stripped), its errors among the fields' (one 422
+    for all)."""
+    errors: list[InvalidSpec] = []
+    wanted: JobSpec | None = None
+    try:
+        wanted = validate_job(fields, base)
+    except InvalidSpecs as exc:
+        errors = list(exc.errors)
+    if reason is not KEEP:
+        try:
+            reason = validate_pause({"reason": reason})
+        except InvalidSpecs as exc:
+            errors += [InvalidSpec("pause_reason", e.message) for e in exc.errors]
+        paused = wanted.paused if wanted is not None else fields.get("paused", base.paused)
+        if reason is not None and paused is not True:
+            errors.append(InvalidSpec("pause_reason", "can be set only on a paused job"))
+    if errors:
+        raise InvalidSpecs(errors)
+    assert wanted is not None
+    return wanted, reason
 
 
 def validate_pause(body: Any) -> str | None:

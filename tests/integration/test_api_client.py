@@ -98,6 +98,10 @@ async def test_jobs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -
         assert updated["cron"] == "30 4 * * *" and updated["paused"] is True
         assert (await cli.json("jobs", "resume", "1"))["paused"] is False
         assert (await cli.json("jobs", "pause", "backup"))["paused"] is True
+        paused = await cli.json("jobs", "pause", "backup", "--reason", "disk full")
+        assert paused["pause_reason"] == "disk full"
+        code, out, _ = await cli("jobs", "show", "backup")
+        assert code == 0 and "paused        yes: disk full" in out
         code, _, err = await cli("jobs", "update", "backup")
         assert code == 2 and "nothing to change" in err
         code, _, err = await cli(

@@ -353,6 +353,35 @@ async def test_pause_resume_delete(api: Client, store: Store) -> None:
     assert runs["runs"] and {r["status"] for r in runs["runs"]} == {"cancelled"}
 
 
+async def test_patch_sets_the_pause_reason_of_a_paused_job_only(api: Client, store: Store) -> None:
+    job = await (await api.post("/v1/jobs", json=BASE)).json()
+    url = f"/v1/jobs/{job['id']}"
+    # On a running job a reason alone is refused, with nothing changed.
+    data = await _problem(await api.patch(url, json={"pause_reason": "why"}), 422)
+    assert data["errors"] == [
+        {"field": "pause_reason", "message": "can be set only on a paused job"}
+    ]
+    got = await (await api.patch(url, json={"paused": True, "pause_reason": "  disk full "})).json()
+    assert got["paused"] is True and got["pause_reason"] == "disk full"
+    got = await (await api.patch(url, json={"max_attempts": 4})).json()
+    assert got["pause_reason"] == "disk full"  # not given: kept
+    got = await (await api.patch(url, json={"pause_reason": "still full"})).json()
+    assert got["pause_reason"] == "still full"  # already paused: a new reason alone
+    # Errors of the reason and of the other fields come in one answer; nothing is written.
+    data = await _problem(
+        await api.patch(url, json={"max_attempts": 0, "pause_reason": "x" * 501}), 422
+    )
+    assert {e["field"] for e in data["errors"]} == {"max_attempts", "pause_reason"}
+    data = await _problem(await api.patch(url, json={"paused": False, "pause_reason": "x"}), 422)
+    assert data["errors"][0]["field"] == "pause_reason"
+    got = await (await api.get(url)).json()
+    assert (got["paused"], got["pause_reason"], got["max_attempts"]) == (True, "still full", 4)
+    got = await (await api.patch(url, json={"pause_reason": None})).json()
+    assert got["paused"] is True and got["pause_reason"] is None
+    got = await (await api.patch(url, json={"paused": False})).json()
+    assert got["paused"] is False and got["pause_reason"] is None
+
+
 @pytest.mark.parametrize(
     "path", ["/v1/jobs/0", "/v1/jobs/9223372036854775808", "/v1/jobs/abc", "/v1/nothing"]
 )
