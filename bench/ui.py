@@ -7,7 +7,9 @@ as admin, so no login is needed. Target (issue 13): p99 <= 50 ms for each.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import asyncpg
@@ -29,6 +31,8 @@ MARKERS: dict[str, str] = {
     "runs dead": "dead",
     "runs upcoming": "scheduled",
     "workers": "Workers",
+    "job new (form)": 'name="cron"',
+    "runs requeue count (dead)": 'id="requeue-count"',
 }
 
 
@@ -41,8 +45,14 @@ async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, d
         job_id,
     )
     fragment = {"HX-Request": "true", "HX-Target": "jobs-table"}
+    now = await conn.fetchval("SELECT date_trunc('second', now())")
+    window = urlencode({"from": (now - timedelta(days=2)).isoformat(), "to": now.isoformat()})
     MARKERS.update(
         {
+            "job edit (form)": f'value="job-{job_id}"',
+            "job pause (form)": 'name="reason"',
+            "job backfill count": "no run.",
+            "runs requeue count (job)": 'id="requeue-count"',
             "job detail": f"job-{job_id}",
             "run detail": f"#{run_id}",
             "runs of a job": f"job-{job_id}<",
@@ -66,6 +76,12 @@ async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, d
         "runs of a job": (f"/ui/runs?job=job-{job_id}", {}),
         "run detail": (f"/ui/runs/{run_id}", {}),
         "workers": ("/ui/workers", {}),
+        "job new (form)": ("/ui/jobs/new", {}),
+        "job edit (form)": (f"/ui/jobs/{job_id}/edit", {}),
+        "job pause (form)": (f"/ui/jobs/{job_id}/pause", {}),
+        "job backfill count": (f"/ui/jobs/{job_id}/backfill?{window}", {}),
+        "runs requeue count (dead)": ("/ui/runs/requeue?status=dead", {}),
+        "runs requeue count (job)": (f"/ui/runs/requeue?status=dead&job=job-{job_id}", {}),
     }
 
 

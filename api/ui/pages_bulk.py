@@ -1,6 +1,7 @@
 """Bulk requeue from the runs page: the dead runs matching its filters (or the failed and
-dead ones the status filter names) run again. The GET counts them and asks; the POST (CSRF,
-admin) moves them through runs.requeue_runs, the API's own bulk requeue."""
+dead ones the status filter names) run again. The GET counts them (up to COUNT_CAP) and
+asks; the POST (CSRF, admin) moves them through runs.requeue_runs, the API's own bulk
+requeue."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from supervisor.core import runs
 from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
+COUNT_CAP = 1000  # counted exactly up to here (an index range each); beyond: "at least"
 
 
 def _chosen(q: Any) -> tuple[RunFilters, list[tuple[str, str]]]:
@@ -33,12 +35,14 @@ def _chosen(q: Any) -> tuple[RunFilters, list[tuple[str, str]]]:
 async def confirm(request: web.Request) -> web.StreamResponse:
     f, here = _chosen(request.query)
     n = 0
-    if f.statuses:
+    ids = await runs.jobs_filtered(store(request), f)
+    if f.statuses and ids != []:
         n = await dash(request).ui_count_requeueable(
-            list(f.statuses), f.job_name, f.scheduled, f.finished
+            list(f.statuses), ids, f.scheduled, f.finished, COUNT_CAP
         )
     context = {
         "count": n,
+        "at_least": n >= COUNT_CAP,
         "statuses": f.statuses,
         "hidden": here,
         "back": f"{PREFIX}runs?{urlencode(here)}",

@@ -173,12 +173,14 @@ class Dashboard(Queries):
     async def ui_count_requeueable(
         self,
         statuses: list[str],
-        job_name: str | None,
+        job_ids: list[int] | None,
         scheduled: tuple[datetime, datetime],
         finished: tuple[datetime | None, datetime | None],
+        cap: int,
     ) -> int:
-        n = await self._fetchval("ui_count_requeueable", statuses, job_name, *scheduled, *finished)
-        return int(n)
+        """How many runs requeue_runs would move, counted up to `cap`."""
+        args = (statuses, job_ids, *scheduled, *finished, cap)
+        return int(await self._fetchval("ui_count_requeueable", *args))
 
     # ------------------------------------------------------------ overview
 

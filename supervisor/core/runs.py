@@ -70,7 +70,7 @@ class RunFilters:
         return (self.finished_after, self.finished_before)
 
 
-async def _job_ids(store: Store, f: RunFilters) -> list[int] | None:
+async def jobs_filtered(store: Store, f: RunFilters) -> list[int] | None:
     """The job ids the filters allow; None when they do not filter by job."""
     if f.job_id is None and f.job_name is None:
         return None
@@ -95,7 +95,7 @@ async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int)
             # The same rows (ids are positive), but the index scan starts at the range's
             # end: from the first page's (infinity, max) key it would step over every newer run.
             key = min(key, (f.scheduled_before, 0))
-    job_ids = await _job_ids(store, f)
+    job_ids = await jobs_filtered(store, f)
     statuses = sorted(set(f.statuses))
     window = (key, f.scheduled, f.finished, limit, f.upcoming)
     if job_ids is not None:
@@ -135,7 +135,7 @@ async def requeue_runs(store: Store, f: RunFilters) -> int:
     wrong = [s for s in statuses if s not in REQUEUEABLE]
     if wrong:
         raise InvalidSpec("status", f"only dead or failed runs can be requeued, not {wrong[0]}")
-    job_ids = await _job_ids(store, f)
+    job_ids = await jobs_filtered(store, f)
     if job_ids == []:
         return 0
     async with store.transaction() as tx:

@@ -215,13 +215,22 @@ LIMIT $2::int;
 -- ---------------------------------------------------------------- runs
 
 -- name: ui_count_requeueable
--- How many runs a bulk requeue with these filters would move (requeue_runs's WHERE): runs of
--- statuses $1 (dead, failed) of live jobs named $2 (NULL: any), scheduled in [$3, $4),
--- finished in [$5, $6) (NULL: open). One status at a time from runs_status_history.
-SELECT count(*) AS n FROM runs r JOIN jobs j ON j.id = r.job_id
-WHERE j.deleted_at IS NULL
-  AND r.status = ANY ($1::run_status[]) AND r.status IN ('dead', 'failed')
-  AND ($2::text IS NULL OR j.name = $2::text)
-  AND r.scheduled_at >= $3::timestamptz AND r.scheduled_at < $4::timestamptz
-  AND ($5::timestamptz IS NULL OR r.finished_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR r.finished_at < $6::timestamptz);
+-- How many runs a bulk requeue with these filters would move (requeue_runs's WHERE),
+-- counted up to $7 (the page then says "at least"): statuses $1 (dead, failed) of live
+-- jobs, of the jobs $2 (NULL: any), scheduled in [$3, $4), finished in [$5, $6) (NULL:
+-- open). The outer WHERE is pushed into both branches: with jobs, each one's range of
+-- runs_job_history; without (a one-time filter on $2), runs_status_history per status.
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM (
+        SELECT r.* FROM unnest($2::bigint[]) AS g(id) JOIN runs r ON r.job_id = g.id
+        UNION ALL
+        SELECT r.* FROM runs r WHERE $2::bigint[] IS NULL
+    ) r
+    JOIN jobs j ON j.id = r.job_id
+    WHERE j.deleted_at IS NULL
+      AND r.status = ANY ($1::run_status[]) AND r.status IN ('dead', 'failed')
+      AND r.scheduled_at >= $3::timestamptz AND r.scheduled_at < $4::timestamptz
+      AND ($5::timestamptz IS NULL OR r.finished_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR r.finished_at < $6::timestamptz)
+    LIMIT $7::int
+) x;

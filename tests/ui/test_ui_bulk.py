@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from api.ui.pages_bulk import COUNT_CAP
 from supervisor.core.store import Store
 
 from .. import factory
@@ -33,6 +34,21 @@ async def test_count_then_requeue_the_filtered_dead_runs(ui_admin: Ui, store: St
     assert "nothing to requeue" in html and 'action="/ui/runs/requeue"' not in html
     status, html = await ui_admin.get("/ui/runs/requeue")
     assert re.search(r"<strong>2</strong> dead runs", html)
+
+
+async def test_a_large_match_is_counted_up_to_the_cap_and_requeued_whole(
+    ui_admin: Ui, store: Store
+) -> None:
+    a = await make(store, "many")
+    dead = await factory.insert_runs(store, a, COUNT_CAP + 5, status="dead", start_s=100)
+    status, html = await ui_admin.get("/ui/runs/requeue?status=dead")
+    assert status == 200 and f"At least <strong>{COUNT_CAP}</strong> dead runs" in html
+    assert f"Requeue all {COUNT_CAP}+ runs" in html
+    status, html = await ui_admin.get("/ui/runs/requeue?status=dead&job=nobody")
+    assert "<strong>0</strong> dead runs" in html  # no such job: none, not every run
+    r = await ui_admin.post("/ui/runs/requeue", {"status": "dead"})
+    assert r.status == 303 and f"n={COUNT_CAP + 5}" in r.headers["Location"]
+    assert await factory.statuses(store, dead) == {"scheduled": COUNT_CAP + 5}
 
 
 async def test_a_read_session_cannot_requeue(ui_reader: Ui, store: Store) -> None:

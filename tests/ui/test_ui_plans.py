@@ -27,7 +27,11 @@ CASES = [
     # The runs page's bulk requeue count.
     (
         "ui_count_requeueable",
-        "'{{dead}}', 'job-05000', '-infinity', 'infinity', NULL, NULL",
+        "'{{dead}}', ARRAY[{job}]::bigint[], '-infinity', 'infinity', NULL, NULL, 1000",
+    ),
+    (
+        "ui_count_requeueable",
+        "'{{dead}}', NULL, '-infinity', 'infinity', NULL, NULL, 1000",
     ),
 ]
 
