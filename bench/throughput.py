@@ -139,7 +139,15 @@ async def exactly_once(conn: asyncpg.Connection, n: int) -> dict[str, Any]:
     return counts
 
 
-async def drain(ctx: Context, supervisors: int, n: int) -> dict[str, Any]:
+async def drain(
+    ctx: Context,
+    supervisors: int,
+    n: int,
+    *,
+    env: dict[str, str] | None = None,
+    command: list[str] = COMMAND,
+) -> dict[str, Any]:
+    """`n` due runs of `command` drained by `supervisors` (environment `env` added)."""
     async with ctx.dbs.fresh(f"tp{supervisors}") as dsn:
         conn = await asyncpg.connect(dsn)
         try:
@@ -147,9 +155,10 @@ async def drain(ctx: Context, supervisors: int, n: int) -> dict[str, Any]:
                 ctx.procs,
                 supervisors,
                 dsn=dsn,
-                handlers={TYPE: COMMAND},
+                handlers={TYPE: command},
                 concurrency=PER_SUPERVISOR,
                 misfire_grace=3600.0,
+                env=env,
             )
             try:
                 cpu_before = cpu_snapshot([s.pid for s in sups])

@@ -193,7 +193,8 @@ class Supervisor:
             self.orphans.sweep_soon()  # also catches daemons orphaned while handlers run
 
         fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
-        tails = LiveTail(store, executor)
+        every = cfg.live_output_interval
+        tails = LiveTail(store, executor, every) if every > 0 else None
         listener = Listener(cfg.database_url, claimer.wake)
         pruner = Pruner(
             store,
@@ -218,7 +219,8 @@ class Supervisor:
             pruner,
             notifier,
         ]
-        loops.append(tails)
+        if tails is not None:
+            loops.append(tails)
         instrument(m, executor, heartbeater, planner, claimer, self.orphans, loops)
         notifier.instrument(m)
         return Services(
@@ -333,7 +335,7 @@ class Services:
     listener: Listener
     pruner: Pruner
     notifier: WebhookNotifier
-    tails: LiveTail
+    tails: LiveTail | None  # None: live_output_interval = 0
     completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -344,7 +346,7 @@ class Services:
     @property
     def upkeep(self) -> list[Loop]:
         """What keeps leases and fences while children finish: stopped last."""
-        return [self.heartbeater, self.fence, self.tails]
+        return [self.heartbeater, self.fence, *([self.tails] if self.tails else [])]
 
 
 @dataclass

@@ -26,14 +26,13 @@ class LiveTail(Loop):
     name = "live_tail"
 
     def __init__(self, store: Store, running: Running, every: float = EVERY) -> None:
-        super().__init__(every, jitter=0.0)
+        super().__init__(every, jitter=0.0)  # also how long a child runs before its first
         self.store = store
         self.running = running
-        self.every = every
         self._seen: dict[tuple[int, int], int] = {}  # (run, attempt) -> bytes last written
 
     async def run_once(self) -> TailPass:
-        live = self.running.live_output(self.every)
+        live = self.running.live_output(self.interval)
         fresh: list[LiveOutput] = [
             o for o in live if self._seen.get((o.run_id, o.attempt)) != o.received
         ]

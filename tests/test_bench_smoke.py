@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = {"throughput", "lateness", "planner", "api", "ui", "memory"}
+SCENARIOS = {"throughput", "livetail", "lateness", "planner", "api", "ui", "memory"}
 
 
 @pytest.mark.timeout(400)

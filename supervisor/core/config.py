@@ -65,6 +65,9 @@ class Config:
         86400.0, "seconds a notification delivery is retried before it is marked failed"
     )
     notify_timeout: float = _setting(10.0, "seconds one notification request may take")
+    live_output_interval: float = _setting(
+        1.0, "seconds between writes of running children's output so far (0: off)"
+    )
 
     @property
     def effective_concurrency(self) -> int:
@@ -115,7 +118,7 @@ def _validate(cfg: Config) -> None:
     for name in positive:
         if getattr(cfg, name) <= 0:
             problems.append(f"{name}: must be greater than 0")
-    for name in ("kill_grace", "misfire_grace", "concurrency"):
+    for name in ("kill_grace", "misfire_grace", "concurrency", "live_output_interval"):
         if getattr(cfg, name) < 0:
             problems.append(f"{name}: must not be negative")
     if cfg.plan_max_runs < 1:
