@@ -8,6 +8,7 @@ to the list it came from; pause, trigger-with-payload and delete have a page of 
 
 from __future__ import annotations
 
+import bisect
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -19,8 +20,9 @@ from api import cursor
 from api.ui.guard import PREFIX, redirect
 from api.ui.pages_auth import safe_next
 from api.ui.site import UI_LIMITS, dash, render, store
+from api.ui.snapshot import Snapshot
 from supervisor.core import jobs
-from supervisor.core.dashboard import JobFilters, JobLine
+from supervisor.core.dashboard import Dashboard, JobBrief, JobFilters, JobLine
 from supervisor.core.domain import Job
 from supervisor.core.errors import InvalidSpec, NotFound
 from supervisor.core.model import TYPE, TYPE_RULE, RunStatus
@@ -77,8 +79,11 @@ async def _page(request: web.Request, f: JobFilters, sort: str) -> tuple[list[Jo
         after = key[0] if key and isinstance(key[0], str) else ""
         if key and not isinstance(key[0], str):
             raise InvalidSpec("cursor", "is not a valid cursor")
-        found = await d.ui_jobs_by_name(f, after, PAGE + 1)
-        nxt = [found[PAGE - 1].name] if len(found) > PAGE else None
+        if f.last_status is None:
+            found = await d.ui_jobs_by_name(f, after, PAGE + 1)
+            nxt = [found[PAGE - 1].name] if len(found) > PAGE else None
+        else:
+            found, nxt = await _by_last_status(request, f, after)
     else:
         at, run_id = cursor.parse_run_key(key) if key else (EARLIEST, 0)
         found = await d.ui_jobs_by_next(f, (at, run_id), PAGE + 1)
@@ -87,6 +92,37 @@ async def _page(request: web.Request, f: JobFilters, sort: str) -> tuple[list[Jo
         if last is not None and last.next_at is not None and last.next_run_id is not None:
             nxt = cursor.run_key(last.next_at, last.next_run_id)
     return found[:PAGE], None if nxt is None else cursor.encode(nxt, fhash)
+
+
+async def _by_last_status(
+    request: web.Request, f: JobFilters, after: str
+) -> tuple[list[JobLine], list[Any] | None]:
+    """A page by name of the jobs whose last run has f.last_status: the candidates come from
+    this process's snapshot (at most LAST_REFRESH seconds old), every listed row is checked
+    live by the query. Walking all jobs in name order with one probe each would cost 17 ms
+    and more per page at 10,000 jobs when the status is rare (dead: 2 % of jobs)."""
+    assert f.last_status is not None
+    d = dash(request)
+    briefs = (await request.app[LAST].get(d))[f.last_status]
+    start = bisect.bisect_right(briefs, (after,), key=lambda b: (b.name,))
+    chosen: list[JobBrief] = []
+    for b in briefs[start:]:
+        if b.matches(f):
+            chosen.append(b)
+            if len(chosen) > PAGE:
+                break
+    if not chosen:
+        return [], None
+    found = await d.ui_jobs_by_name(f, after, PAGE, among=[b.id for b in chosen[:PAGE]])
+    return found, [chosen[PAGE - 1].name] if len(chosen) > PAGE else None
+
+
+LAST_REFRESH = 10.0  # seconds: how old the last-status filter's candidates may be
+LAST = web.AppKey("ui_last_statuses", Snapshot[dict[RunStatus, list[JobBrief]]])
+
+
+def last_snapshot() -> Snapshot[dict[RunStatus, list[JobBrief]]]:
+    return Snapshot(Dashboard.ui_job_last_statuses, LAST_REFRESH)
 
 
 @routes.get("/jobs")

@@ -13,8 +13,6 @@ live."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,9 +22,9 @@ from markupsafe import Markup
 
 from api.ui import svg
 from api.ui.site import UI_CONFIG, dash, render, store
+from api.ui.snapshot import Snapshot
 from supervisor.core import runs
 from supervisor.core.dashboard import Dashboard, Hour, Lateness
-from supervisor.core.db import DB_ERRORS
 from supervisor.core.model import RunStatus
 from supervisor.core.runs import RunFilters
 
@@ -48,60 +46,36 @@ class Day:
     late_hours: dict[datetime, tuple[float | None, float | None, int]]  # p50, p99, n
     charts: dict[str, Markup]  # drawn once per snapshot
     taken_at: datetime
-    taken: float  # monotonic
 
 
-class DaySnapshot:
-    """The overview's history figures in this process, refreshed behind the page views."""
+async def take_day(d: Dashboard) -> Day:
+    """The week's missing hours (at most FILL_SECONDS of batches), then every figure."""
+    deadline = time.monotonic() + FILL_SECONDS
+    while await d.ui_fill_hours(FILL_BATCH) and time.monotonic() < deadline:
+        pass
+    now = await d.store().now()
+    counts = await d.ui_status_counts(DAY)
+    minutes = await d.ui_outcome_buckets(HOUR, 60)
+    lateness = await d.ui_lateness(HOUR, LATENESS_SAMPLE)
+    week = await d.ui_week_hours()
+    hours = week_counts(week, minutes, now)
+    late_hours = {h.hour: (h.late_p50, h.late_p99, h.late_n) for h in week}
+    charts = {
+        "per_minute": svg.outcome_chart(minutes, now, timedelta(minutes=1), 60, 10, "%H:%M").svg(
+            "runs succeeded and failed per minute over the last hour"
+        ),
+        "per_hour": svg.outcome_chart(hours, now, timedelta(hours=1), WEEK, 24, "%a %d").svg(
+            "runs succeeded and failed per hour over the last week"
+        ),
+        "late_hours": svg.lateness_chart(late_hours, now, WEEK, 24, "%a %d").svg(
+            "start lateness p50 and p99 per hour over the last week"
+        ),
+    }
+    return Day(counts, hours, minutes, lateness, late_hours, charts, now)
 
-    def __init__(self) -> None:
-        self.day: Day | None = None
-        self._refresh: asyncio.Task[None] | None = None
 
-    async def get(self, d: Dashboard, now: datetime) -> Day:
-        if self.day is None:
-            await self._fill(d)
-            await self._take(d, now)
-        elif time.monotonic() - self.day.taken > DAY_REFRESH and not self._refreshing:
-            self._refresh = asyncio.get_running_loop().create_task(self._take_quietly(d, now))
-        assert self.day is not None
-        return self.day
-
-    @property
-    def _refreshing(self) -> bool:
-        return self._refresh is not None and not self._refresh.done()
-
-    async def _take(self, d: Dashboard, now: datetime) -> None:
-        counts = await d.ui_status_counts(DAY)
-        minutes = await d.ui_outcome_buckets(HOUR, 60)
-        lateness = await d.ui_lateness(HOUR, LATENESS_SAMPLE)
-        week = await d.ui_week_hours()
-        hours = week_counts(week, minutes, now)
-        late_hours = {h.hour: (h.late_p50, h.late_p99, h.late_n) for h in week}
-        charts = {
-            "per_minute": svg.outcome_chart(
-                minutes, now, timedelta(minutes=1), 60, 10, "%H:%M"
-            ).svg("runs succeeded and failed per minute over the last hour"),
-            "per_hour": svg.outcome_chart(hours, now, timedelta(hours=1), WEEK, 24, "%a %d").svg(
-                "runs succeeded and failed per hour over the last week"
-            ),
-            "late_hours": svg.lateness_chart(late_hours, now, WEEK, 24, "%a %d").svg(
-                "start lateness p50 and p99 per hour over the last week"
-            ),
-        }
-        self.day = Day(counts, hours, minutes, lateness, late_hours, charts, now, time.monotonic())
-
-    async def _take_quietly(self, d: Dashboard, now: datetime) -> None:
-        with contextlib.suppress(*DB_ERRORS):  # the next view tries again
-            await self._fill(d)
-            await self._take(d, now)
-
-    async def _fill(self, d: Dashboard) -> None:
-        """Writes run_hours batches, newest hours first, until none is missing or
-        FILL_SECONDS have passed (the rest waits for the next refresh)."""
-        deadline = time.monotonic() + FILL_SECONDS
-        while await d.ui_fill_hours(FILL_BATCH) and time.monotonic() < deadline:
-            pass
+def day_snapshot() -> Snapshot[Day]:
+    return Snapshot(take_day, DAY_REFRESH)
 
 
 def week_counts(
@@ -121,7 +95,7 @@ def week_counts(
     return out
 
 
-SNAPSHOT = web.AppKey("ui_day_snapshot", DaySnapshot)
+SNAPSHOT = web.AppKey("ui_day_snapshot", Snapshot[Day])
 
 
 @routes.get("/")
@@ -129,7 +103,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
     s, d = store(request), dash(request)
     now = await s.now()
     max_lag = request.app[UI_CONFIG].ready_max_lag
-    day = await request.app[SNAPSHOT].get(d, now)
+    day = await request.app[SNAPSHOT].get(d)
     workers = [w for w in await s.list_workers(0.0, 1000) if w.live]
     context = {
         "now": now,

@@ -49,7 +49,8 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
     app[DASH] = Dashboard.over(store)
     app[UI_STORE] = store
-    app[pages_overview.SNAPSHOT] = pages_overview.DaySnapshot()
+    app[pages_overview.SNAPSHOT] = pages_overview.day_snapshot()
+    app[pages_jobs.LAST] = pages_jobs.last_snapshot()
     app[UI_CONFIG] = cfg
     app[UI_LIMITS] = limits or PlanLimits()
     aiohttp_jinja2.setup(

@@ -57,6 +57,24 @@ class JobLine:
         )
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class JobBrief:
+    """A job as the jobs list's filters see it (ordered by name)."""
+
+    name: str
+    id: int
+    type: str
+    paused: bool
+
+    def matches(self, f: JobFilters) -> bool:
+        """The filters' text, type and paused (ui_jobs_by_name's $1-$3), checked here."""
+        return (
+            (f.text is None or f.text.lower() in self.name.lower())
+            and (f.type is None or self.type == f.type)
+            and (f.paused is None or self.paused == f.paused)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class JobFilters:
     """The jobs list's filters (None: any)."""
@@ -135,9 +153,18 @@ class Dashboard(Queries):
         transaction)."""
         return Store(self._ex, self._pool)
 
-    async def ui_jobs_by_name(self, f: JobFilters, after: str, limit: int) -> list[JobLine]:
-        rows = await self._fetch("ui_jobs_by_name", *_args(f), after, limit)
+    async def ui_jobs_by_name(
+        self, f: JobFilters, after: str, limit: int, among: list[int] | None = None
+    ) -> list[JobLine]:
+        rows = await self._fetch("ui_jobs_by_name", *_args(f), after, limit, among)
         return [JobLine.from_row(r) for r in rows]
+
+    async def ui_job_last_statuses(self) -> dict[RunStatus, list[JobBrief]]:
+        """Every live job that has a last run, by that run's status, in name order."""
+        out: dict[RunStatus, list[JobBrief]] = {s: [] for s in RunStatus}
+        for r in await self._fetch("ui_job_last_statuses"):
+            out[RunStatus(r["status"])].append(JobBrief(r["name"], r["id"], r["type"], r["paused"]))
+        return out
 
     async def ui_jobs_by_next(
         self, f: JobFilters, after: tuple[datetime, int], limit: int

@@ -4,8 +4,8 @@
 
 -- name: ui_jobs_by_name
 -- The jobs list by name: name substring $1 (case-insensitive, NULL: any), type $2, paused
--- $3, last run status $4 (NULL: any); names after $5 (keyset; '' for the first page), at
--- most $6. Scans jobs in name order (jobs_name_live); the three laterals probe
+-- $3, last run status $4 (NULL: any), among the jobs $7 (NULL: any); names after $5
+-- (keyset; '' for the first page), at most $6. Scans jobs in name order (jobs_name_live); the three laterals probe
 -- runs_job_history for the listed jobs only, the last run first so that a last-status
 -- filter drops a job before its other two probes.
 SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
@@ -32,9 +32,22 @@ WHERE j.deleted_at IS NULL
   AND ($2::text IS NULL OR j.type = $2::text)
   AND ($3::bool IS NULL OR j.paused = $3::bool)
   AND ($4::text IS NULL OR lr.status::text = $4::text)
+  AND ($7::bigint[] IS NULL OR j.id = ANY ($7::bigint[]))
   AND j.name > $5::text
 ORDER BY j.name
 LIMIT $6::int;
+
+-- name: ui_job_last_statuses
+-- Every live job's last run status (the probe above, once per job: about 6 us each), in
+-- name order: the last-status filter's candidates (pages_jobs keeps them as a snapshot).
+SELECT j.id, j.name, j.type, j.paused, lr.status::text AS status
+FROM jobs j
+CROSS JOIN LATERAL (
+    SELECT r.status FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
+    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr
+WHERE j.deleted_at IS NULL
+ORDER BY j.name;
 
 -- name: ui_jobs_by_next
 -- The same list soonest next run first, for jobs that have one: walks the planned runs in

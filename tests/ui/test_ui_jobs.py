@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from api.ui import pages_jobs
 from supervisor.core import jobs
 from supervisor.core.store import Store
 
 from .. import factory
 from ..api_support import ADMIN, READER
-from ..helpers import job
+from ..helpers import job, wait_for
 from .conftest import Ui
 
 
@@ -58,6 +61,53 @@ async def test_search_and_filters(ui_admin: Ui, store: Store) -> None:
     assert names((await ui_admin.get("/ui/jobs?last=dead"))[1]) == ["flaky"]
     status, html = await ui_admin.get("/ui/jobs?paused=maybe")
     assert status == 422 and "paused: must be yes, no or empty" in html
+
+
+@pytest.fixture
+def refresh_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last-status candidates are refreshed behind every view (before the app exists)."""
+    monkeypatch.setattr(pages_jobs, "LAST_REFRESH", 0.0)
+
+
+async def test_last_status_filter_pages_candidates_checked_live(
+    refresh_always: None, ui_admin: Ui, store: Store
+) -> None:
+    dead = []
+    for i in range(130):
+        job_id = await make(store, f"job-{i:03d}", type="even" if i % 2 == 0 else "odd")
+        await factory.insert_runs(store, job_id, 1, status="dead" if i % 3 else "succeeded")
+        if i % 3:
+            dead.append(f"job-{i:03d}")
+
+    async def pages(url: str | None) -> list[str]:
+        seen: list[str] = []
+        while url:
+            status, html = await ui_admin.get(url)
+            assert status == 200
+            seen += names(html)
+            found = re.search(r'<a href="([^"]+)" rel="next">', html)
+            url = found.group(1).replace("&amp;", "&") if found else None
+        return seen
+
+    assert await pages("/ui/jobs?last=dead") == dead  # 86 jobs: two pages, in name order
+    assert await pages("/ui/jobs?last=dead&type=even&q=JOB-1") == [
+        n for n in dead if n.startswith("job-1") and int(n[-3:]) % 2 == 0
+    ]
+    # A job that recovered is dropped at once (every row is checked live); one that failed
+    # since the candidates were read shows once they are read again.
+    await factory.insert_runs(store, await _id(store, "job-001"), 1, status="succeeded")
+    await factory.insert_runs(store, await _id(store, "job-000"), 1, status="dead")
+    listed = await pages("/ui/jobs?last=dead")  # served from the old candidates
+    assert "job-001" not in listed and "job-000" not in listed
+
+    async def shown() -> bool:  # each view starts a refresh behind it
+        return names((await ui_admin.get("/ui/jobs?last=dead"))[1])[0] == "job-000"
+
+    await wait_for(shown, 10, "the refreshed candidates")
+
+
+async def _id(store: Store, name: str) -> int:
+    return int(await factory.sql_value(store, "SELECT id FROM jobs WHERE name = $1", name))
 
 
 async def test_keyset_pages_by_name_and_by_next_run(ui_admin: Ui, store: Store) -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
 from api.ui import fmt, pages_overview
-from api.ui.pages_overview import DAY_REFRESH, DaySnapshot
+from api.ui.pages_overview import DAY_REFRESH, day_snapshot
 from supervisor.core import jobs
 from supervisor.core.dashboard import Dashboard
 from supervisor.core.model import RunStatus
@@ -97,16 +96,16 @@ def _scans(plan: object, relation: str) -> set[str]:
 
 
 async def test_day_snapshot_is_served_at_once_and_refreshed_behind(store: Store) -> None:
-    d, snap = Dashboard.over(store), DaySnapshot()
+    d, snap = Dashboard.over(store), day_snapshot()
     job_id = (await jobs.create_job(store, job("day", cron="0 0 1 1 *"), factory.LIMITS)).id
-    first = await snap.get(d, await store.now())  # the first view waits for it
+    first = await snap.get(d)  # the first view waits for it
     await factory.insert_runs(store, job_id, 1, status="dead", start_s=30)
-    assert await snap.get(d, await store.now()) is first  # fresh: not read again
-    snap.day = replace(first, taken=time.monotonic() - DAY_REFRESH - 1)
-    stale = await snap.get(d, await store.now())
-    assert stale.counts == first.counts  # served at once, refreshed behind it
-    await wait_for(lambda: snap.day is not stale, 10, "the refresh")
-    assert snap.day is not None and snap.day.counts[RunStatus.DEAD] == 1
+    assert await snap.get(d) is first  # fresh: not read again
+    snap.taken = time.monotonic() - DAY_REFRESH - 1
+    stale = await snap.get(d)
+    assert stale is first  # served at once, refreshed behind it
+    await wait_for(lambda: snap.value is not first, 10, "the refresh")
+    assert snap.value is not None and snap.value.counts[RunStatus.DEAD] == 1
 
 
 async def _hour_ago(store: Store, hours: int) -> tuple[datetime, int]:
