@@ -14,8 +14,9 @@ from urllib.parse import urlencode
 import aiohttp
 import asyncpg
 
-from bench.api import generate
+from bench.api import generate, indexes_used
 from bench.common import Context, ScenarioResult, api_url, interleaved, summary, timed_request
+from supervisor.core.sql import QUERIES
 
 NAME = "ui"
 P99_TARGET_MS = 50.0
@@ -85,6 +86,39 @@ async def pages(conn: asyncpg.Connection, n_jobs: int) -> dict[str, tuple[str, d
     }
 
 
+# The overview's queries with arguments as the page passes them (EXPLAIN ANALYZE of each
+# generic plan is recorded; ui_fill_hours writes, so all of it runs in a rolled-back
+# transaction).
+OVERVIEW_QUERIES = {
+    "ui_open_counts": "",
+    "ui_status_counts": "86400",
+    "ui_outcome_buckets": "3600, 60",
+    "ui_lateness": "3600, 5000",
+    "ui_fill_hours": "6",
+    "ui_week_hours": "",
+    "ui_unserved_jobs": "20",
+    "late_runs": "60, 20",
+}
+
+
+async def overview_plans(conn: asyncpg.Connection) -> dict[str, dict[str, Any]]:
+    """query -> {"indexes": on runs, "plan": text} of each overview query's generic plan."""
+    out: dict[str, dict[str, Any]] = {}
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        for n, (name, args) in enumerate(OVERVIEW_QUERIES.items()):
+            await conn.execute(f"PREPARE ov{n} AS {QUERIES[name].rstrip().rstrip(';')}")
+            call = f"ov{n}({args})" if args else f"ov{n}"
+            rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE {call}")
+            plan = "\n".join(r[0] for r in rows)
+            out[name] = {"indexes": indexes_used(plan), "plan": plan}
+    finally:
+        await tx.rollback()
+    return out
+
+
 async def contents(base: str, cases: dict[str, tuple[str, dict[str, str]]]) -> dict[str, bool]:
     out = {}
     async with aiohttp.ClientSession() as http:
@@ -121,6 +155,12 @@ async def run(ctx: Context) -> ScenarioResult:
             res.details["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
             res.details["jobs"] = n_jobs
             cases = await pages(conn, n_jobs)
+            plans = await overview_plans(conn)
+            res.details["overview_plans"] = plans
+            for name, p in plans.items():
+                res.checks[f"overview query {name}: no scan of runs"] = (
+                    "SEQ SCAN" not in p["indexes"]
+                )
         finally:
             await conn.close()
         api_proc = ctx.procs.api(dsn)
