@@ -157,6 +157,10 @@ class Claimer(Loop):
         if recovered:
             log_event(self.log, "claim_recovered", held=len(held_ids or ()))
             return replace(done, next_in=0.0)  # runs given back just now are due: claim again
+        if any(r.held_back for r in rows) and self.slots.free_slots > 0:
+            # Runs that a concurrency limit held back took places in this claim's window;
+            # with the limit now reached they stay out of it, so other due runs get in.
+            return replace(done, next_in=0.0)
         if len(rows) == free:
             return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
         room = self.slots.room()

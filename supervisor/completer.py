@@ -27,15 +27,16 @@ class Completer:
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
-        # (completion, exclusive, future): True recorded, False late, None given up at shutdown
+        # (completion, wakes_others, future): True recorded, False late, None given up at
+        # shutdown
         self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
         self._pending_event = asyncio.Event()
         self.refused = 0  # results the database refused as they were (completion_refused)
 
-    async def submit(self, completion: Completion, exclusive: bool) -> bool | None:
+    async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
         """Queue a result; True once recorded, False if late, None if given up at shutdown."""
         fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((completion, exclusive, fut))
+        self._pending.append((completion, wakes_others, fut))
         self._pending_event.set()
         return await fut
 
@@ -79,8 +80,9 @@ class Completer:
                 continue
             backoff = 0.05
             del self._pending[: len(batch)]
-            # Wake other hosts when a retry is scheduled or an exclusive job is free again.
-            if any(c.status == RunStatus.FAILED or excl for c, excl, _ in batch):
+            # Wake other hosts when a retry is scheduled, or an exclusive job or a limit's
+            # slot is free again.
+            if any(c.status == RunStatus.FAILED or wakes for c, wakes, _ in batch):
                 await self._notify_quietly()
             for completion, _, fut in batch:
                 if not fut.done():

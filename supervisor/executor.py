@@ -160,7 +160,7 @@ class Executor:
             job_name=row.job_name,
             type=row.type,
             valid_until=claimed_at + self.lease_ttl,
-            exclusive=row.exclusive,
+            wakes_others=row.wakes_others,
         )
         old = self.inflight.get(entry.run_id)
         self.inflight[entry.run_id] = entry
@@ -196,7 +196,7 @@ class Executor:
             self._free_slot(entry)  # refill now; the completer records the result meanwhile
             completion = self._completion(entry, row, result)  # reads the phase
             entry.move(Phase.COMPLETING)
-            recorded = await self.completer.submit(completion, entry.exclusive)
+            recorded = await self.completer.submit(completion, entry.wakes_others)
             self._finished(
                 entry,
                 result,

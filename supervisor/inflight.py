@@ -46,7 +46,7 @@ class InFlight:
     job_name: str
     type: str
     valid_until: float  # monotonic: the lease surely holds until then
-    exclusive: bool = False  # its end may unblock another run of the job elsewhere
+    wakes_others: bool = False  # its end may let another host start a run (overlap, limit)
     child: Child | None = None
     phase: Phase = Phase.RUNNING
     # Its slot is free again: the child has ended (or never started), so the next run may

@@ -85,6 +85,22 @@ def timezone_of(s: JobSchedule) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class JobLimits:
+    """How many runs of a job may run at once across all hosts: at most `max_concurrent`
+    of its own (None: no limit of its own), and within its concurrency `group`'s limit."""
+
+    group: str | None = None
+    max_concurrent: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.group is not None or self.max_concurrent is not None
+
+
+NO_LIMITS = JobLimits()
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """Everything a user sets on a job; the defaults are the API's."""
 
@@ -103,6 +119,7 @@ class JobSpec:
     exit_policy: ExitPolicy = DEFAULT_POLICY  # which endings succeed, end the run, are retried
     # Its notify list (channels.py stores it beside the job); None: not given, unchanged.
     notify: tuple[NotifyRule, ...] | None = None
+    limits: JobLimits = NO_LIMITS  # concurrency across hosts
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -157,6 +174,7 @@ class Job:
             exit_policy=ExitPolicy.from_columns(
                 row["success_exit_codes"], row["dead_on"], row["retry_on"]
             ),
+            limits=JobLimits(row.get("concurrency_group"), row.get("max_concurrent")),
         )
         return cls(
             id=row["id"],

@@ -13,6 +13,7 @@ from typing import Any
 from supervisor.core.channels import set_job_notify
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
+from supervisor.core.groups import store_job_limits
 from supervisor.core.jobspec import checked_instant, validate_job, validate_trigger
 from supervisor.core.model import Overlap
 from supervisor.core.planning import PlanLimits, plan_jobs
@@ -45,6 +46,8 @@ async def create_job(store: Store, spec: JobSpec, limits: PlanLimits) -> Job:
     try:
         async with store.transaction() as tx:
             job = await tx.insert_job(spec)  # locked until commit: plan it as inserted
+            if spec.limits.limited:
+                job = Job.from_row(await store_job_limits(tx, job.id, spec.limits), spec.schedule)
             await set_job_notify(tx, job.id, spec.notify)
             await _plan_now(tx, job, limits)
     except UniqueConflict:
@@ -64,6 +67,9 @@ async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -
             wanted, reason = _validated(fields, current.spec, reason)
             job = await tx.update_job(job_id, wanted)
             assert job is not None
+            if wanted.limits != current.spec.limits:
+                row = await store_job_limits(tx, job_id, wanted.limits)
+                job = Job.from_row(row, wanted.schedule)
             if job.spec.paused and not isinstance(reason, _Keep):  # resuming clears it
                 job = await tx.set_pause_reason(job_id, reason)
                 assert job is not None

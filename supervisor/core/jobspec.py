@@ -17,6 +17,7 @@ from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.events import parse_notify
 from supervisor.core.exitpolicy import FIELDS as POLICY_FIELDS
 from supervisor.core.exitpolicy import parse_policy
+from supervisor.core.limits import LIMIT_FIELDS, parse_limits
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 
 WEEK = 7 * 24 * 3600
@@ -36,10 +37,11 @@ FIELDS = {
     "paused",
     "notify",
     *POLICY_FIELDS,
+    *LIMIT_FIELDS,
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them;
-# retry_on: every failure not in dead_on).
-NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on"}
+# retry_on: every failure not in dead_on; the concurrency limits: none).
+NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on", *LIMIT_FIELDS}
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
 # (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
@@ -156,6 +158,8 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["notify"] = parse_notify(errors, body["notify"])
     if body.keys() & set(POLICY_FIELDS):
         out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
+    if body.keys() & {*LIMIT_FIELDS, "overlap"}:
+        out["limits"] = parse_limits(errors, body, out["limits"], out["overlap"])
     _validate_schedule(errors, body, out, base)
     if errors:
         raise InvalidSpecs(errors)

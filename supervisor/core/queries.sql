@@ -68,7 +68,9 @@ UPDATE runs SET type = $2::text, exclusive = $3::bool,
 WHERE job_id = $1::bigint AND status IN ('scheduled', 'failed');
 
 -- name: soft_delete_job
-UPDATE jobs SET deleted_at = now(), updated_at = now(), paused = true
+-- A deleted job leaves its concurrency group (which can then be deleted).
+UPDATE jobs SET deleted_at = now(), updated_at = now(), paused = true,
+    concurrency_group = NULL
 WHERE id = $1::bigint AND deleted_at IS NULL
 RETURNING *;
 
@@ -208,39 +210,80 @@ WITH orphans AS (
 ), candidates AS (
     SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
            j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
-           j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on
+           j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on,
+           j.max_concurrent, j.concurrency_group AS grp
     FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
       AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
             AND x.exclusive))
+      -- A limit already reached keeps the job's runs out of the window, as overlap does.
+      AND (j.max_concurrent IS NULL OR j.max_concurrent > (
+          SELECT count(*) FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
+            AND x.job_slot IS NOT NULL))
+      AND (j.concurrency_group IS NULL OR (
+          SELECT g.max_running FROM concurrency_groups g WHERE g.name = j.concurrency_group)
+          > (SELECT count(*) FROM runs x WHERE x.run_group = j.concurrency_group
+               AND x.status = 'running' AND x.group_slot IS NOT NULL))
     -- run_after alone, as runs_claimable is ordered: with an id tie-break every claim would
     -- read and sort all runs due at the same instant (a burst of 5,000 cron runs at 00:00
     -- made each claim O(burst)). Ties come in index order (heap position).
     ORDER BY r.run_after
     LIMIT $2::int
     FOR UPDATE OF r SKIP LOCKED
-), chosen AS (
-    SELECT id, job_id FROM candidates WHERE NOT exclusive
+), allowed AS (
+    SELECT id, job_id, run_after, max_concurrent, grp FROM candidates WHERE NOT exclusive
     UNION ALL
-    (SELECT DISTINCT ON (job_id) id, job_id FROM candidates WHERE exclusive
-     ORDER BY job_id, run_after, id)
+    (SELECT DISTINCT ON (job_id) id, job_id, run_after, max_concurrent, grp
+     FROM candidates WHERE exclusive ORDER BY job_id, run_after, id)
+), job_slots AS (
+    -- Concurrency limits (migration 0011): each limited run gets the k-th free slot of its
+    -- job, then of its group, in run_after order; a run without one waits. Two hosts taking
+    -- the same slot meet in runs_job_slot / runs_group_slot (a unique violation: retried).
+    SELECT a.id, a.job_id, a.run_after, a.grp, f.slot AS job_slot
+    FROM (SELECT *, row_number() OVER (PARTITION BY job_id ORDER BY run_after, id) AS k
+          FROM allowed WHERE max_concurrent IS NOT NULL) a
+    JOIN LATERAL (
+        SELECT s.slot, row_number() OVER (ORDER BY s.slot) AS k
+        FROM generate_series(0, a.max_concurrent - 1) s(slot)
+        WHERE NOT EXISTS (SELECT 1 FROM runs x WHERE x.job_id = a.job_id
+                            AND x.status = 'running' AND x.job_slot = s.slot)) f ON f.k = a.k
+    UNION ALL
+    SELECT id, job_id, run_after, grp, NULL FROM allowed WHERE max_concurrent IS NULL
+), chosen AS (
+    SELECT id, job_slot, NULL::text AS run_group, NULL::int AS group_slot
+    FROM job_slots WHERE grp IS NULL
+    UNION ALL
+    SELECT a.id, a.job_slot, a.grp, f.slot
+    FROM (SELECT *, row_number() OVER (PARTITION BY grp ORDER BY run_after, id) AS k
+          FROM job_slots WHERE grp IS NOT NULL) a
+    JOIN concurrency_groups g ON g.name = a.grp
+    JOIN LATERAL (
+        SELECT s.slot, row_number() OVER (ORDER BY s.slot) AS k
+        FROM generate_series(0, g.max_running - 1) s(slot)
+        WHERE NOT EXISTS (SELECT 1 FROM runs x WHERE x.run_group = a.grp
+                            AND x.status = 'running' AND x.group_slot = s.slot)) f ON f.k = a.k
 ), claimed AS (
     UPDATE runs r SET status = 'running', attempts = r.attempts + 1,
         lease_owner = $3::text, lease_token = r.lease_token + 1,
         lease_expires_at = now() + make_interval(secs => $4::float8),
-        started_at = now(), finished_at = NULL
-    WHERE r.id = ANY(ARRAY(SELECT id FROM chosen))
+        started_at = now(), finished_at = NULL,
+        job_slot = c.job_slot, run_group = c.run_group, group_slot = c.group_slot
+    FROM chosen c
+    WHERE r.id = ANY(ARRAY(SELECT id FROM chosen)) AND r.id = c.id
     RETURNING r.*
 ), attempt AS (
     INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token, started_at)
     SELECT id, attempts, $3::text, lease_token, started_at FROM claimed
 )
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
-       c.started_at, c.trigger, c.exclusive, COALESCE(c.payload, k.job_payload) AS payload,
+       c.started_at, c.trigger, c.exclusive OR c.job_slot IS NOT NULL OR c.group_slot IS NOT NULL
+           AS wakes_others,
+       COALESCE(c.payload, k.job_payload) AS payload,
        k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
-       k.success_exit_codes, k.dead_on, k.retry_on, now() AS db_now
+       k.success_exit_codes, k.dead_on, k.retry_on, now() AS db_now,
+       (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back
 FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
 

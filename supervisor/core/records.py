@@ -28,12 +28,13 @@ class Claim:
     max_attempts: int
     lease_token: int
     trigger: Trigger
-    exclusive: bool
+    wakes_others: bool  # its end may let another host start a run (overlap or a limit)
     payload: Any  # the run's own payload, else the job's
     timeout_seconds: float | None
     retry_base_seconds: float
     retry_cap_seconds: float
     exit_policy: ExitPolicy
+    held_back: int = 0  # runs this claim locked but left waiting for a concurrency limit
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -49,12 +50,13 @@ class Claim:
             r["max_attempts"],
             r["lease_token"],
             Trigger(r["trigger"]),
-            r["exclusive"],
+            r["wakes_others"],
             r["payload"],
             r["timeout_seconds"],
             r["retry_base_seconds"],
             r["retry_cap_seconds"],
             ExitPolicy.from_columns(r["success_exit_codes"], r["dead_on"], r["retry_on"]),
+            r["held_back"],
         )
 
 

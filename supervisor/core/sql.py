@@ -13,7 +13,7 @@ from typing import Any, Self
 import asyncpg
 
 from supervisor.core.db import Conn, Record, read_only_seen
-from supervisor.core.errors import RefusedValue, UniqueConflict
+from supervisor.core.errors import Conflict, RefusedValue, UniqueConflict
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 WAKE_CHANNEL = "punchclock_wake"
@@ -58,6 +58,8 @@ class _Translated:
     ) -> None:
         if isinstance(exc, asyncpg.UniqueViolationError):
             raise UniqueConflict(exc.constraint_name or "", str(exc)) from exc
+        if isinstance(exc, asyncpg.ForeignKeyViolationError):  # a row others refer to
+            raise Conflict(f"still referred to ({exc.constraint_name})") from exc
         if isinstance(exc, asyncpg.DataError):
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise RefusedValue(getattr(exc, "sqlstate", None), message) from exc
