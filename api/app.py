@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from api import openapi, routes_channels, routes_jobs, routes_runs
+from api import openapi, routes_channels, routes_groups, routes_jobs, routes_runs
 from api.auth import ROLE_KEY, Tokens, auth_middleware, check_exposure
 from api.observe import observability_routes
 from api.problems import Handler, error_middleware
@@ -73,6 +73,7 @@ def create_app(
     app.add_routes(routes_jobs.routes)
     app.add_routes(routes_runs.routes)
     app.add_routes(routes_channels.routes)
+    app.add_routes(routes_groups.routes)
     app.add_routes(openapi.routes)
     app.add_subapp("/ui/", create_ui(cfg, store, app[LIMITS]))
     if extra_routes:

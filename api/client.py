@@ -161,8 +161,11 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         "catchup_window_seconds": args.catchup_window,
         "overlap": args.overlap,
         "paused": args.paused,
+        "max_concurrent": args.max_concurrent,
     }
     body.update({k: v for k, v in simple.items() if v is not None})
+    if args.concurrency_group is not None:  # "": leave the group
+        body["concurrency_group"] = args.concurrency_group or None
     if args.payload is not None:
         body["payload"] = _json_arg(args.payload, "--payload")
     retry = {"base_seconds": args.retry_base, "cap_seconds": args.retry_cap}
@@ -317,6 +320,8 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--catchup", choices=["latest", "all", "none"])
     p.add_argument("--catchup-window", type=float, help="seconds")
     p.add_argument("--overlap", choices=["allow", "skip", "wait"])
+    p.add_argument("--max-concurrent", type=int, help="its runs at once on all hosts, 1-1000")
+    p.add_argument("--concurrency-group", help="the concurrency group it joins ('': none)")
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:
@@ -382,6 +387,8 @@ def register_client_commands(sub: Any) -> None:
     _run_filter_flags(p)
     p = _leaf(rsub, "cancel", "cancel a scheduled or running run", runs_cancel)
     p.add_argument("run", type=int)
-    from api.client_channels import register_channel_commands  # it uses the helpers above
+    from api.client_channels import register_channel_commands  # they use the helpers above
+    from api.client_groups import register_group_commands
 
     register_channel_commands(sub)
+    register_group_commands(sub)

@@ -53,6 +53,7 @@ def job_card(job: dict[str, Any]) -> str:
         f"  timeout       {_cell(job['timeout_seconds'])}",
         f"  catch-up      {job['catchup']} within {job['catchup_window_seconds']:g}s",
         f"  overlap       {job['overlap']}",
+        f"  concurrency   {_limits(job)}",
         f"  payload       {_cell(job['payload'], 200)}",
     ]
     if job.get("next"):
@@ -62,6 +63,15 @@ def job_card(job: dict[str, Any]) -> str:
         )
     lines += [f"  warning       {w}" for w in job.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _limits(job: dict[str, Any]) -> str:
+    parts = []
+    if job.get("max_concurrent") is not None:
+        parts.append(f"at most {job['max_concurrent']} at once")
+    if job.get("concurrency_group"):
+        parts.append(f"in group {job['concurrency_group']}")
+    return ", ".join(parts) or "no limit"
 
 
 def _paused(job: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from api import openapi_notify
+from api import openapi_groups, openapi_notify
 from api.openapi_schemas import (
     BOOL,
     ID,
@@ -307,6 +307,7 @@ PATHS: J = {
 }
 
 PATHS.update(openapi_notify.paths(responses, param, body))
+PATHS.update(openapi_groups.paths(responses, param, body))
 
 
 def document() -> J:
@@ -321,7 +322,7 @@ def document() -> J:
         },
         "paths": PATHS,
         "components": {
-            "schemas": {**SCHEMAS, **openapi_notify.SCHEMAS},
+            "schemas": {**SCHEMAS, **openapi_notify.SCHEMAS, **openapi_groups.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

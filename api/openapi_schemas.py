@@ -9,6 +9,7 @@ from typing import Any
 
 from supervisor.core.events import SUBSCRIBABLE
 from supervisor.core.exitpolicy import NAMED
+from supervisor.core.limits import MAX_CONCURRENT
 from supervisor.core.model import (
     MAX_ID,
     NAME_PATTERN,
@@ -68,6 +69,21 @@ EXIT_STATUS: J = {"type": "integer", "minimum": 0, "maximum": 255}
 ENDING: J = {"oneOf": [EXIT_STATUS, {"type": "string", "enum": list(NAMED)}]}
 ENDINGS: J = {"type": "array", "items": ENDING, "uniqueItems": True}
 # The exit-code policy (handlers/README.md): in requests and in the job view alike.
+GROUP_NAME: J = {"type": "string", "pattern": TYPE}
+JOB_LIMIT_FIELDS: J = {
+    "concurrency_group": null(
+        {**GROUP_NAME, "description": "the concurrency group it joins (it must exist, else 422)"}
+    ),
+    "max_concurrent": null(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_CONCURRENT,
+            "description": "at most this many of its runs at once on all hosts (above 1 needs"
+            " overlap allow); null: no limit of its own",
+        }
+    ),
+}
 POLICY_FIELDS: J = {
     "success_exit_codes": {
         "type": "array",
@@ -120,6 +136,7 @@ JOB_FIELDS: J = {
     "overlap": enum(Overlap),
     "paused": BOOL,
     **POLICY_FIELDS,
+    **JOB_LIMIT_FIELDS,
     "notify": {
         "type": "array",
         "maxItems": 20,
@@ -149,6 +166,7 @@ JOB = obj(
         "paused": BOOL,
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
         **POLICY_FIELDS,
+        **JOB_LIMIT_FIELDS,
         "created_at": TIME,
         "updated_at": TIME,
     }
@@ -217,6 +235,9 @@ ATTEMPT = obj(
 RUN_DETAIL = obj(
     {
         **RUN_PROPS,
+        "waiting_for": null(
+            {**STR, "description": "the concurrency limit a due, waiting run waits for"}
+        ),
         "payload": null({**PAYLOAD, "description": "this run's payload override"}),
         "history": {"type": "array", "items": ref("Attempt")},
     }

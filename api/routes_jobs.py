@@ -12,7 +12,7 @@ from aiohttp import web
 from api import cursor, views
 from api.params import NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
-from supervisor.core import jobs, schedule
+from supervisor.core import jobs, runs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job
 from supervisor.core.errors import InvalidSpec, NotFound
@@ -122,9 +122,8 @@ async def trigger_job(request: web.Request) -> web.Response:
     payload = jobs.validate_trigger({} if body is NO_BODY else body, key)
     s = store(request)
     run_id, created = await jobs.trigger_job(s, job_id, payload, key)
-    row = await s.get_run_detail(run_id)
-    assert row is not None
-    data = views.run_detail(row, await s.list_run_attempts(run_id))
+    row, attempts = await runs.run_detail(s, run_id)
+    data = views.run_detail(row, attempts, await runs.waiting_for(s, row))
     return _json(data, 201 if created else 200, {"Location": f"/v1/runs/{run_id}"})
 
 

@@ -46,7 +46,7 @@ def _filters(q: Query) -> RunFilters:
 
 async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
     row, attempts = await runs.run_detail(store(request), run_id)
-    return views.run_detail(row, attempts)
+    return views.run_detail(row, attempts, await runs.waiting_for(store(request), row))
 
 
 @routes.get("/v1/runs")

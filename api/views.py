@@ -68,6 +68,8 @@ def job(j: Job) -> dict[str, Any]:
         "paused": spec.paused,
         "pause_reason": j.pause_reason,
         **spec.exit_policy.view(),
+        "concurrency_group": spec.limits.group,
+        "max_concurrent": spec.limits.max_concurrent,
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }
@@ -134,8 +136,13 @@ def attempt(a: Attempt) -> dict[str, Any]:
     }
 
 
-def run_detail(r: Run, attempts: list[Attempt]) -> dict[str, Any]:
-    return {**run(r), "payload": r.payload, "history": [attempt(a) for a in attempts]}
+def run_detail(r: Run, attempts: list[Attempt], waiting_for: str | None) -> dict[str, Any]:
+    return {
+        **run(r),
+        "waiting_for": waiting_for,
+        "payload": r.payload,
+        "history": [attempt(a) for a in attempts],
+    }
 
 
 def worker(w: Worker) -> dict[str, Any]:

@@ -128,6 +128,7 @@ async def _run_context(request: web.Request, run_id: int) -> dict[str, Any]:
         "can_cancel": status in ("scheduled", "failed", "running"),
         "can_requeue": status in runs.REQUEUEABLE,
         "live": status not in FINAL,
+        "waiting_for": await runs.waiting_for(s, row),
     }
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
+from supervisor.core.groups import groups
 from supervisor.core.history import OpenRange, RunKey, TimeRange
 from supervisor.core.model import MAX_ID, RunStatus
 from supervisor.core.records import Attempt, Run
@@ -113,6 +114,13 @@ async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:
     if row is None:
         raise NotFound(f"run {run_id} not found")
     return row, await store.list_run_attempts(run_id)
+
+
+async def waiting_for(store: Store, run: Run) -> str | None:
+    """What concurrency limit holds a due, waiting run back (None: none does)."""
+    if run.status not in (RunStatus.SCHEDULED, RunStatus.FAILED):
+        return None
+    return await groups(store).run_waiting_for(run.id)
 
 
 async def requeue_run(store: Store, run_id: int) -> None:

@@ -196,3 +196,29 @@ async def test_token_and_url_from_the_environment(
         assert code == 0, err
     code, _, err = await cli("jobs", "list", "--api-url", "http://127.0.0.1:9", url=False)
     assert code == 1 and "cannot reach the API" in err
+
+
+async def test_groups_commands(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    async with api_client(store) as api:
+        cli = Cli(str(api.make_url("")), capsys)
+        code, out, _ = await cli("groups", "create", "db-heavy", "--max-running", "2")
+        assert code == 0 and "db-heavy" in out
+        made = await cli.json(
+            "jobs", "create", "--name", "etl", "--type", "echo", "--cron", "0 3 * * *",
+            "--concurrency-group", "db-heavy", "--max-concurrent", "1",
+        )  # fmt: skip
+        assert (made["concurrency_group"], made["max_concurrent"]) == ("db-heavy", 1)
+        code, out, _ = await cli("jobs", "show", "etl")
+        assert "concurrency   at most 1 at once, in group db-heavy" in out
+        assert (await cli.json("groups", "update", "db-heavy", "--max-running", "4"))[
+            "max_running"
+        ] == 4
+        code, _, err = await cli("groups", "delete", "db-heavy")
+        assert code == 1 and "has 1 job(s)" in err
+        left = await cli.json("jobs", "update", "etl", "--concurrency-group", "")
+        assert left["concurrency_group"] is None
+        code, out, _ = await cli("groups", "delete", "db-heavy")
+        assert code == 0 and "deleted concurrency group db-heavy" in out
+        assert (await cli.json("groups", "list"))["groups"] == []
+        code, _, err = await cli("groups", "create", "bad", "--max-running", "0")
+        assert code == 2 and "max_running: must be between 1 and 10000" in err
