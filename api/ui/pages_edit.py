@@ -18,6 +18,7 @@ from api.ui.guard import PREFIX, Refused, redirect
 from api.ui.pages_jobs import _job
 from api.ui.site import UI_LIMITS, is_admin, render, store
 from supervisor.core import jobs, schedule
+from supervisor.core.channels import notifications
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.errors import Conflict, InvalidSpec
 from supervisor.core.model import Catchup, Overlap
@@ -30,15 +31,29 @@ NUMBERS = {  # form field -> (body path, integer)
     "retry_base_seconds": (("retry", "base_seconds"), False),
     "retry_cap_seconds": (("retry", "cap_seconds"), False),
     "catchup_window_seconds": (("catchup_window_seconds",), False),
+    "max_concurrent": (("max_concurrent",), True),
 }
+NULL_WHEN_EMPTY = ("timeout_seconds", "max_concurrent")  # editing: an empty field is none
+# Lists typed as comma-separated items (numbers become numbers), and what empty means.
+LISTS = {"success_exit_codes": [0], "dead_on": [], "retry_on": None}
 ZONES = sorted(available_timezones())
-TEXT = ("name", "type", "cron", "timezone", "run_at", "payload", "catchup", "overlap")
+TEXT = ("name", "type", "cron", "timezone", "run_at", "payload", "catchup", "overlap",
+        "concurrency_group", "notify", *LISTS)  # fmt: skip
 
 
-def _values(spec: JobSpec | None) -> dict[str, str]:
-    """The form's fields as text: a job's, or the API's defaults for a new one."""
+def _items(values: list[Any] | None) -> str:
+    return "" if values is None else ", ".join(str(v) for v in values)
+
+
+def _values(spec: JobSpec | None, notify: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """The form's fields as text: a job's (with its notify list), or the API's defaults."""
     s = spec or JobSpec(name="", type="", schedule=schedule.parse_cron("0 * * * *"))
+    policy = s.exit_policy.view()
     return {
+        **{name: _items(policy[name]) for name in LISTS},
+        "max_concurrent": "" if s.limits.max_concurrent is None else str(s.limits.max_concurrent),
+        "concurrency_group": s.limits.group or "",
+        "notify": json.dumps(notify, indent=2) if notify else "",
         "name": s.name,
         "type": s.type,
         "kind": "cron" if s.cron is not None or spec is None else "once",
@@ -83,8 +98,8 @@ def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dic
     for name, (path, integer) in NUMBERS.items():
         text = typed[name]
         if not text:
-            if name == "timeout_seconds" and editing:
-                body["timeout_seconds"] = None
+            if name in NULL_WHEN_EMPTY and editing:
+                body[name] = None
             continue
         try:
             value: float = int(text) if integer else float(text)
@@ -95,6 +110,17 @@ def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dic
         target[path[-1]] = value
     body["catchup"], body["overlap"] = typed["catchup"], typed["overlap"]
     body["paused"] = bool(typed["paused"])
+    for name, empty in LISTS.items():
+        items = [i for i in typed[name].replace(",", " ").split() if i]
+        body[name] = [int(i) if i.isdigit() else i for i in items] if items else empty
+    body["concurrency_group"] = typed["concurrency_group"] or None
+    if typed["notify"]:
+        try:
+            body["notify"] = json.loads(typed["notify"])
+        except ValueError as exc:
+            errors["notify"] = f"is not valid JSON: {exc}"
+    else:
+        body["notify"] = []
     return body, errors, typed
 
 
@@ -115,8 +141,11 @@ def _run_at(text: str, zone: str, errors: dict[str, str]) -> Any:
 
 
 def _field(name: str) -> str:
-    """An API error's field as the form's input name (retry.base_seconds: retry_base_seconds)."""
-    return name.replace(".", "_") if name.startswith("retry.") else name
+    """An API error's field as the form's input name (retry.base_seconds: retry_base_seconds;
+    dead_on[1] and notify.0.channel: the list's field)."""
+    if name.startswith("retry."):
+        return name.replace(".", "_")
+    return name.split("[", 1)[0].split(".", 1)[0]
 
 
 async def _form(
@@ -167,7 +196,8 @@ async def new_form(request: web.Request) -> web.StreamResponse:
 async def edit_form(request: web.Request) -> web.StreamResponse:
     _admin(request)
     job = await _job(request)
-    return await _form(request, job, _values(job.spec), {})
+    notify = [r.view() for r in await notifications(store(request)).job_notify(job.id)]
+    return await _form(request, job, _values(job.spec, notify), {})
 
 
 @routes.get("/jobs/preview")

@@ -3,6 +3,9 @@ errors appear next to their fields, the preview fragment marks the DST rules."""
 
 from __future__ import annotations
 
+from supervisor.core import channels
+from supervisor.core.events import validate_channel
+from supervisor.core.groups import groups
 from supervisor.core.store import Store
 
 from .. import factory
@@ -134,3 +137,55 @@ async def test_a_read_session_gets_no_form(ui_reader: Ui, store: Store) -> None:
         assert status == 403
     r = await ui_reader.post("/ui/jobs/new", FORM)
     assert r.status == 403 and await factory.count(store, "jobs") == 1
+
+
+async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: Store) -> None:
+    await groups(store).insert_group("db-heavy", 2)
+    hook = {"name": "ops", "url": "http://127.0.0.1:9/hook", "format": "slack"}
+    spec = validate_channel(hook, ())
+    await channels.create_channel(store, spec)
+    form = {
+        **FORM,
+        "overlap": "allow",
+        "success_exit_codes": "0, 3",
+        "dead_on": "65 timeout",
+        "retry_on": "",
+        "max_concurrent": "4",
+        "concurrency_group": "db-heavy",
+        "notify": '[{"channel": "ops", "events": ["run_dead"]}]',
+    }
+    r = await ui_admin.post("/ui/jobs/new", form)
+    html = await r.text()
+    assert r.status == 303, html[html.find("Not saved") : html.find("Not saved") + 300]
+    job = await store.get_job_by_name("nightly")
+    assert job is not None
+    assert job.spec.exit_policy.view() == {
+        "success_exit_codes": [0, 3],
+        "dead_on": [65, "timeout"],
+        "retry_on": None,
+    }
+    assert (job.spec.limits.max_concurrent, job.spec.limits.group) == (4, "db-heavy")
+    _, html = await ui_admin.get(f"/ui/jobs/{job.id}/edit")
+    assert 'value="0, 3"' in html and 'value="65, timeout"' in html and 'value="db-heavy"' in html
+    assert "&#34;channel&#34;: &#34;ops&#34;" in html
+    # Errors from the API land at their fields; nothing changes.
+    bad = {**form, "dead_on": "65 nonsense", "concurrency_group": "nope", "notify": "[{"}
+    r = await ui_admin.post(f"/ui/jobs/{job.id}/edit", bad)
+    html = await r.text()
+    assert r.status == 422 and 'id="notify-error"' in html and "is not valid JSON" in html
+    for field, value in (
+        ("dead_on", "65 nonsense"),
+        ("concurrency_group", "nope"),
+        ("notify", '[{"channel": "nobody", "events": ["run_dead"]}]'),
+    ):
+        r = await ui_admin.post(f"/ui/jobs/{job.id}/edit", {**form, field: value})
+        html = await r.text()
+        assert r.status == 422 and f'id="{field}-error"' in html, field
+    again = await store.get_job_by_name("nightly")
+    assert again is not None and again.spec == job.spec
+    # Empty fields mean none: no limit, no group, no subscriptions.
+    cleared = {**form, "max_concurrent": "", "concurrency_group": "", "notify": ""}
+    r = await ui_admin.post(f"/ui/jobs/{job.id}/edit", cleared)
+    assert r.status == 303
+    after = await store.get_job_by_name("nightly")
+    assert after is not None and not after.spec.limits.limited
