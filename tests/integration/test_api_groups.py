@@ -97,6 +97,8 @@ async def test_a_due_run_says_what_it_waits_for(api: Client, store: Store) -> No
     await api.patch(f"/v1/jobs/{job['id']}", json={"max_concurrent": None})
     got = await (await api.get(f"/v1/runs/{second['id']}")).json()
     assert got["waiting_for"] == "group one: 1 running"
+    page = await (await api.get(f"/ui/runs/{second['id']}")).text()  # the dashboard says so
+    assert '<dd id="waiting-for"><strong>group one: 1 running</strong>' in page
     await sql(store, "UPDATE runs SET status = 'cancelled', lease_owner = NULL, "
               "lease_expires_at = NULL, finished_at = now() WHERE id = $1", claimed.id)  # fmt: skip
     assert (await (await api.get(f"/v1/runs/{second['id']}")).json())["waiting_for"] is None

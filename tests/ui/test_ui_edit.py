@@ -165,6 +165,9 @@ async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: S
         "retry_on": None,
     }
     assert (job.spec.limits.max_concurrent, job.spec.limits.group) == (4, "db-heavy")
+    _, html = await ui_admin.get(f"/ui/jobs/{job.id}")
+    assert "at most 4 at once, in group <strong>db-heavy</strong>" in html
+    assert "success on 0, 3; dead at once on 65, timeout; retried: every other failure" in html
     _, html = await ui_admin.get(f"/ui/jobs/{job.id}/edit")
     assert 'value="0, 3"' in html and 'value="65, timeout"' in html and 'value="db-heavy"' in html
     assert "&#34;channel&#34;: &#34;ops&#34;" in html
