@@ -162,3 +162,16 @@ def test_a_schema_behind_but_compatible_is_accepted() -> None:
     check_schema(["9000_added_later.sql"])  # newer than what this build needs: keeps running
     with pytest.raises(SchemaMismatch, match="needs"):
         check_schema([REQUIRED_MIGRATION])
+
+
+async def test_pools_turn_jit_off(dsn: str) -> None:
+    """The claim's estimates cross jit_above_cost: with JIT on, every claim compiled for
+    190 ms (a 10x drop in throughput), so no pool of ours may have it on."""
+    from supervisor.core.db import create_pool
+
+    for generic in (False, True):
+        pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=generic)
+        try:
+            assert await pool.fetchval("SHOW jit") == "off"
+        finally:
+            await pool.close()
