@@ -246,6 +246,8 @@ class Executor:
             extra_groups=None if handler.identity is None else handler.identity.groups,
             umask=handler.umask,
             limits=handler.limits,
+            cgroup=self.registry.cgroup_host if handler.cgroup else None,
+            cgroup_limits=handler.cgroup_limits,
             timeout=timeout,
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,
