@@ -16,6 +16,7 @@ class ChildEnd(StrEnum):
     SUCCEEDED = "succeeded"  # exit status 0
     FAILED = "failed"  # non-zero status or a signal it did not get from us
     TIMED_OUT = "timed_out"  # we killed it at its timeout
+    OOM_KILLED = "oom_killed"  # the kernel killed it (or a descendant) at its memory limit
     KILLED = "killed"  # we killed it on request (lease lost, shutdown, cancel)
     SPAWN_FAILED = "spawn_failed"  # never started (or, via not_started, never tried)
 

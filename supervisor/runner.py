@@ -395,6 +395,13 @@ class Child:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 
+    def _oom_error(self) -> str:
+        limit = self.spec.cgroup_limits.memory_max
+        peak = self._usage[1]
+        text = "killed by the kernel: memory limit"
+        text += f" {cgroups.mib(limit)} reached" if limit is not None else " reached"
+        return text + (f" (peak {cgroups.mib(peak)})" if peak is not None else "")
+
     def _join_failed(self) -> bool:
         return any(t.text()[0].startswith(cgroups.JOIN_FAILED_TEXT) for t in self._tails[1:])
 
@@ -408,6 +415,9 @@ class Child:
             outcome, error = self._stop
         elif self._status is None:
             outcome, error = ChildEnd.FAILED, "exit status lost: the child was reaped elsewhere"
+        elif (sig is not None or code) and self._oom_kills:
+            # It (or a descendant it depended on) was killed for the run's memory limit.
+            outcome, error = ChildEnd.OOM_KILLED, self._oom_error()
         elif sig is not None:
             outcome, error = ChildEnd.FAILED, f"killed by signal {sig} ({tree.signal_name(sig)})"
         elif code == cgroups.JOIN_FAILED and self.cgroup is not None and self._join_failed():

@@ -293,6 +293,59 @@ async def test_cpu_and_peak_memory_of_a_grandchild_are_accounted() -> None:
     assert plain.cpu_seconds is not None and plain.cpu_seconds < 0.4  # the gap this closes
 
 
+# ---------------------------------------------------------------- limits
+
+FORKS = textwrap.dedent("""
+    import os, signal, time
+    pids = []
+    for _ in range(10):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+    print(len(pids))
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+""")
+BUSY = "import time\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end: pass\n"
+HOG = "blocks = []\nwhile True:\n    blocks.append(b'x' * (1 << 20))\n"
+
+
+def _limited(argv: list[str], limits: Limits) -> ChildSpec:
+    problem = HOST.limit_problem(limits)
+    if problem is not None:
+        pytest.skip(problem)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return ChildSpec(argv, env=env, cgroup=HOST, cgroup_limits=limits)
+
+
+@needs_cgroups
+async def test_tasks_max_caps_the_processes_of_the_run() -> None:
+    result = await (await Child.spawn(_limited([PY, "-c", FORKS], Limits(tasks_max=4)))).wait()
+    assert result.outcome == "succeeded", result.stderr_tail
+    assert result.stdout_tail.strip() == "3"  # the handler itself is the 4th
+
+
+@needs_cgroups
+async def test_cpu_max_throttles_the_run() -> None:
+    result = await (await Child.spawn(_limited([PY, "-c", BUSY], Limits(cpu_max=0.2)))).wait()
+    assert result.outcome == "succeeded", result.stderr_tail
+    assert result.cpu_seconds is not None and result.cpu_seconds < 0.4  # 1 s of wall time
+
+
+@needs_cgroups
+async def test_memory_max_ends_the_run_oom_killed_with_the_limit_and_peak() -> None:
+    spec = _limited([PY, "-c", HOG], Limits(memory_max=64 << 20))
+    result = await (await Child.spawn(spec)).wait()
+    assert result.outcome == "oom_killed"
+    assert result.signal == signal.SIGKILL
+    assert result.error == "killed by the kernel: memory limit 64 MiB reached (peak 64 MiB)"
+
+
 # ---------------------------------------------------------------- spawn paths
 
 
