@@ -70,3 +70,19 @@ async def test_timeout_and_supervisor_sigkill_take_down_an_escaped_daemon(
     assert a.wait(5) == -signal.SIGKILL
     # The keeper kills the run's cgroup: the daemon has no marker and left the session.
     await wait_gone(daemon, 5, "the escaped daemon of the SIGKILLed supervisor")
+
+
+async def test_a_frozen_supervisors_keeper_kills_the_cgroup_when_the_lease_is_lost(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    a = await cluster.start_ready("a", ["hostile"], settings={"hostile": "cgroup = true"})
+    payload = {"mode": "daemon", "dir": str(work), "linger": 60}
+    [run_id] = await create_runs(store, "hostile", 1, payload)
+    await wait_for((work / f"{run_id}.daemon").exists, 15, "the daemon to be in place")
+    daemon = watch(read_pids(work / f"{run_id}.daemon"))
+    a.send(signal.SIGSTOP)  # no renewals: the keeper's kill-by deadline (about the lease)
+    await wait_gone(daemon, 10, "the escaped daemon once the lease was lost")
+    assert a.frozen()
+    a.send(signal.SIGCONT)

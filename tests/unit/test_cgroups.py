@@ -523,3 +523,36 @@ def test_handlers_list_and_check_say_which_isolation_the_host_has(
         assert "cgroup=True  tasks_max=9" in out
     main(["check", "--handlers", str(tmp_path / "h.toml")])
     assert capsys.readouterr().out.startswith(f"isolation: {HOST.describe()}\n")
+
+
+def test_prepare_moves_the_supervisor_to_a_leaf_and_enables_controllers(tmp_path: Path) -> None:
+    # A pure-v2 delegated subtree, laid out in a directory (sysfs semantics are the kernel's:
+    # here only which files prepare() writes, and in what order, are checked).
+    mountinfo, membership = _pure_v2(tmp_path, "/svc")
+    base = tmp_path / "cg/svc"
+    (base / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    (base / "cgroup.subtree_control").write_text("")
+    host, warning = cgroups.prepare(cgroups.probe(mountinfo, membership))
+    assert warning is None
+    assert (base / "supervisor/cgroup.procs").read_text() == "0"  # "0": this process
+    assert (base / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert host.v2 == str(base) and host.v2_controllers == {"cpu", "memory", "pids"}
+
+
+@needs_cgroups
+def test_prepare_removes_empty_run_cgroups_of_dead_supervisors_only() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    bases = [b for b in (HOST.v2, *HOST.v1.values()) if b is not None]
+    stale = [os.path.join(b, f"{cgroups.PREFIX}{dead.pid}-0123456789abcdef") for b in bases]
+    mine = os.path.join(bases[0], f"{cgroups.PREFIX}{os.getpid()}-0123456789abcdef")
+    for d in [*stale, mine]:
+        os.mkdir(d)
+    try:
+        cgroups.prepare(HOST)
+        assert not any(os.path.exists(d) for d in stale)
+        assert os.path.exists(mine)  # a live supervisor's run (possibly being created)
+    finally:
+        cgroups.sweep(HOST)
+        with contextlib.suppress(OSError):
+            os.rmdir(mine)
