@@ -88,6 +88,7 @@ def load_registry(
     environ: Mapping[str, str] = os.environ,
     cgroup_host: Callable[[], cgroups.Host] = cgroups.probe,
     cgroups_mode: str = "handler",
+    euid: Callable[[], int] = os.geteuid,
 ) -> Registry:
     """`switch_problem` says why this process cannot run a child as another user (None: it
     can); asked once, only if a handler sets `user`. `cgroup_host` says what this host offers
@@ -98,7 +99,7 @@ def load_registry(
         raise ValueError(f"cgroups must be one of {', '.join(CGROUP_MODES)}, not {cgroups_mode!r}")
     reg = Registry()
     host = _Host(
-        functools.cache(switch_problem), environ, functools.cache(cgroup_host), cgroups_mode
+        functools.cache(switch_problem), environ, functools.cache(cgroup_host), cgroups_mode, euid
     )
     for p in paths:
         path = Path(p)
@@ -119,6 +120,7 @@ class _Host:
     environ: Mapping[str, str]
     cgroup_host: Callable[[], cgroups.Host]
     cgroups_mode: str
+    euid: Callable[[], int]
 
 
 def _executable_problem(path: Path) -> str | None:
@@ -205,8 +207,16 @@ def _parse_entry(type_name: str, spec: Any, source: str, base: Path, host: _Host
         raise ValueError(f"cwd {cwd!r} is not a directory")
     identity = _identity(spec, host)
     cgroup, limits = _cgroup(spec, host)
-    if cgroup and identity is not None and isolation.setpriv_path() is None:
-        raise ValueError("user: with a cgroup per run, needs setpriv(1) from util-linux on PATH")
+    if cgroup and identity is not None:
+        # The identity switch runs after the cgroup join, in setpriv(1): an exec'd program
+        # keeps no capabilities of a non-root supervisor (its ambient set is cleared).
+        if host.euid() != 0:
+            raise ValueError(
+                "user: with a cgroup per run, the supervisor must run as root (the switch "
+                "happens after the run joins its cgroup, where capabilities are gone)"
+            )
+        if isolation.setpriv_path() is None:
+            raise ValueError("user: with a cgroup per run, needs setpriv(1) on PATH")
     return Handler(
         type_name,
         argv,

@@ -510,6 +510,36 @@ def test_registry_cgroup_settings_fail_closed_naming_handler_and_field(tmp_path:
     assert reg.cgroup_host is None
 
 
+def test_user_with_a_cgroup_needs_a_root_supervisor(tmp_path: Path) -> None:
+    from supervisor.registry import load_registry
+
+    body = '[handlers.a]\ncommand = ["/bin/true"]\nuser = "nobody"\ncgroup = true\n'
+    (tmp_path / "h.toml").write_text(body)
+    kill_only = Host(v2="/sys/fs/cgroup/unified", v2_kill=True)
+    common = {"switch_problem": lambda: None, "cgroup_host": lambda: kill_only}
+    reg = load_registry([str(tmp_path / "h.toml")], euid=lambda: 998, **common)  # type: ignore[arg-type]
+    assert reg.types == []
+    assert reg.rejected[0].reason.startswith("user: with a cgroup per run, the supervisor must")
+    reg = load_registry([str(tmp_path / "h.toml")], euid=lambda: 0, **common)  # type: ignore[arg-type]
+    assert reg.types == ["a"] and reg.handlers["a"].cgroup
+
+
+@needs_cgroups
+def test_memory_swap_max_writes_the_v1_memsw_limit() -> None:
+    if "memory" in HOST.v2_controllers or "memory" not in HOST.v1:
+        pytest.skip("no v1 memory hierarchy")
+    limits = Limits(memory_max=64 << 20, memory_swap_max=16 << 20)
+    if HOST.limit_problem(limits) is not None:
+        pytest.skip(str(HOST.limit_problem(limits)))
+    group = cgroups.RunCgroup.create(HOST, "swaptest", limits)
+    try:
+        mem = group.v1["memory"]
+        assert Path(mem, "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+        assert Path(mem, "memory.memsw.limit_in_bytes").read_text().strip() == str(80 << 20)
+    finally:
+        assert group.remove() == []
+
+
 def test_handlers_list_and_check_say_which_isolation_the_host_has(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
