@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import cgroups
+from supervisor.core import runs
 from supervisor.core.store import Store
 
 from ..helpers import wait_for
@@ -86,3 +87,20 @@ async def test_a_frozen_supervisors_keeper_kills_the_cgroup_when_the_lease_is_lo
     await wait_gone(daemon, 10, "the escaped daemon once the lease was lost")
     assert a.frozen()
     a.send(signal.SIGCONT)
+
+
+async def test_cancel_of_a_running_run_kills_its_escaped_daemon(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    a = await cluster.start_ready("a", ["hostile"], settings={"hostile": "cgroup = true"})
+    payload = {"mode": "daemon", "dir": str(work), "linger": 60}
+    [run_id] = await create_runs(store, "hostile", 1, payload)
+    await wait_for((work / f"{run_id}.daemon").exists, 15, "the daemon to be in place")
+    daemon = watch(read_pids(work / f"{run_id}.daemon"))
+    await runs.cancel_run(store, run_id)  # what POST /v1/runs/{id}/cancel does
+    # The supervisor's next renewal fails; it kills the run's cgroup.
+    await wait_gone(daemon, 10, "the escaped daemon of the cancelled run")
+    assert await status_is(store, run_id, "cancelled")
+    assert a.stop() == 0, a.tail()
