@@ -5,7 +5,10 @@ competes for the CPU like a supervisor does, and prints one JSON line.
 Modes: `pidfd` is asyncio.create_subprocess_exec with the PidfdChildWatcher, asyncio's
 fastest spawning on Linux (the ceiling the throughput target refers to); `threaded` is
 Python 3.11's default ThreadedChildWatcher, for comparison; `child` is
-supervisor.runner.Child (posix_spawn + pidfd + wait4), the supervisor's own runner alone.
+supervisor.runner.Child (posix_spawn + pidfd + wait4), the supervisor's own runner alone;
+`child-cgroup` adds a cgroup per run (create, the /bin/sh join trampoline, account, remove:
+cgroups.py), `child-user` runs it as `nobody` (Popen, not posix_spawn), `child-cgroup-user`
+both (the trampoline, then setpriv). bench/spawncost.py compares them in one run.
 """
 
 from __future__ import annotations
@@ -18,11 +21,31 @@ import sys
 import time
 from typing import Any
 
+from supervisor import cgroups
 from supervisor.runner import Child, ChildSpec
 
+CHILD_MODES = ("child", "child-cgroup", "child-user", "child-cgroup-user")
+NOBODY = 65534
 
-async def _child_worker(argv: list[str], left: list[int], env: dict[str, str]) -> None:
-    spec = ChildSpec(argv=argv, env=env, stdin=b"{}", timeout=3600.0, kill_grace=1.0)
+
+async def _child_worker(
+    argv: list[str], left: list[int], env: dict[str, str], mode: str = "child"
+) -> None:
+    host = cgroups.probe() if "cgroup" in mode else None
+    if host is not None and not host.usable:
+        raise RuntimeError(f"no cgroup per run here: {host.describe()}")
+    user = NOBODY if "user" in mode else None
+    spec = ChildSpec(
+        argv=argv,
+        env=env,
+        stdin=b"{}",
+        timeout=3600.0,
+        kill_grace=1.0,
+        cgroup=host,
+        user=user,
+        group=user,
+        extra_groups=() if user is not None else None,
+    )
     while left[0] > 0:
         left[0] -= 1
         child = await Child.spawn(spec)
@@ -49,10 +72,12 @@ async def _asyncio_worker(argv: list[str], left: list[int], env: dict[str, str])
 
 async def measure(mode: str, n: int, concurrency: int, argv: list[str]) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-    worker = _child_worker if mode == "child" else _asyncio_worker
     left = [n]
     started = time.perf_counter()
-    await asyncio.gather(*(worker(argv, left, env) for _ in range(concurrency)))
+    if mode in CHILD_MODES:
+        await asyncio.gather(*(_child_worker(argv, left, env, mode) for _ in range(concurrency)))
+    else:
+        await asyncio.gather(*(_asyncio_worker(argv, left, env) for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     return {
         "mode": mode,
@@ -67,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ceiling")
     p.add_argument("--n", type=int, default=5000)
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--mode", choices=("child", "pidfd", "threaded"), default="pidfd")
+    p.add_argument("--mode", choices=(*CHILD_MODES, "pidfd", "threaded"), default="pidfd")
     p.add_argument("command", nargs="*", default=["/bin/true"])
     args = p.parse_args(argv)
     if args.mode == "pidfd":

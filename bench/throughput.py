@@ -10,6 +10,10 @@ succeeded, the counts match.
 Both sides also report CPU milliseconds per run by process (supervisors, their children,
 their keepers, PostgreSQL when its processes are visible here): on a small machine the
 ratio is decided by how much CPU each run costs beyond the spawn itself.
+
+With 2 supervisors the drain is repeated with a cgroup per run (`cgroups = all`: create,
+join trampoline, accounting, rmdir per run), paired with the plain drain, when the host
+can give runs a cgroup.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncpg
 import psutil
 
 from bench.common import PYTHON, ROOT, Context, ScenarioResult, start_supervisors
+from supervisor import cgroups
 from supervisor.local.plumbing import wait_until
 
 NAME = "throughput"
@@ -143,12 +148,15 @@ async def drain(
     ctx: Context,
     supervisors: int,
     n: int,
+    cgroup: bool = False,
     *,
     env: dict[str, str] | None = None,
     command: list[str] = COMMAND,
 ) -> dict[str, Any]:
-    """`n` due runs of `command` drained by `supervisors` (environment `env` added)."""
-    async with ctx.dbs.fresh(f"tp{supervisors}") as dsn:
+    """`n` due runs of `command` drained by `supervisors` (environment `env` added; with
+    `cgroup`, a cgroup per run)."""
+    env = {**(env or {}), **({"PUNCHCLOCK_CGROUPS": "all"} if cgroup else {})} or None
+    async with ctx.dbs.fresh(f"tp{supervisors}{'cg' if cgroup else ''}") as dsn:
         conn = await asyncpg.connect(dsn)
         try:
             sups = await start_supervisors(
@@ -254,6 +262,22 @@ async def run(ctx: Context) -> ScenarioResult:
                 baseline=_mean(r["ceilings"]["pidfd"]["cpu_ms_per_run"] for r in mine),
                 note="supervisors + children + keepers + postgres; baseline: the ceiling's",
             )
+    if cgroups.probe().usable:
+        plain, caged = [], []
+        for _ in range(repeats):  # paired, alternating, on the same machine state
+            plain.append(await drain(ctx, 2, n))
+            caged.append(await drain(ctx, 2, n, cgroup=True))
+        res.checks[f"exactly once, 2 supervisors, a cgroup per run, {n} runs"] = all(
+            r["exactly_once"]["ok"] for r in caged
+        )
+        res.add(
+            "2 supervisors, a cgroup per run: runs/s",
+            _mean(r["runs_per_s"] for r in caged),
+            "runs/s",
+            baseline=_mean(r["runs_per_s"] for r in plain),
+            note=f"baseline: the same drain without cgroups (paired); mean of {repeats}",
+        )
+        res.details["cgroup_runs"] = caged
     if not ctx.smoke:  # context: asyncio's default watcher on 3.11, same machine
         res.details["asyncio_threaded_watcher"] = await ceiling(n, 2 * PER_SUPERVISOR, "threaded")
     res.details["runs"] = runs

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from supervisor.cgroups import Host, Limits
+
 
 class ChildEnd(StrEnum):
     """How the process ended, in the runner's terms. verdict.py maps these onto the one
@@ -14,6 +16,7 @@ class ChildEnd(StrEnum):
     SUCCEEDED = "succeeded"  # exit status 0
     FAILED = "failed"  # non-zero status or a signal it did not get from us
     TIMED_OUT = "timed_out"  # we killed it at its timeout
+    OOM_KILLED = "oom_killed"  # the kernel killed it (or a descendant) at its memory limit
     KILLED = "killed"  # we killed it on request (lease lost, shutdown, cancel)
     SPAWN_FAILED = "spawn_failed"  # never started (or, via not_started, never tried)
 
@@ -30,6 +33,10 @@ class ChildSpec:
     extra_groups: tuple[int, ...] | None = None
     umask: int | None = None
     limits: tuple[tuple[str, int], ...] = ()  # isolation.RLIMITS keys, through prlimit(1)
+    # Run it in a cgroup of its own on this host (cgroups.py), with these limits; None: in a
+    # process group only (killed through it and the environment marker).
+    cgroup: Host | None = None
+    cgroup_limits: Limits = field(default_factory=Limits)
     timeout: float | None = None  # seconds, monotonic; None = no timeout
     kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
     output_limit: int = 65536  # bytes of tail kept per stream

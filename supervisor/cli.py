@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,13 +87,32 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     cfg = _config(args)
     setup_logging(cfg.log_level)
     _need_db(cfg)
-    registry = load_registry(cfg.handlers)
+    registry = load_registry(cfg.handlers, **_cgroup_args(cfg, prepare=True))
     install_fast_child_watcher()
 
     async def run() -> int:
         return await Supervisor(cfg, registry, auto_migrate=args.migrate).run()
 
     return asyncio.run(run())
+
+
+def _cgroup_args(cfg: Config, *, prepare: bool = False) -> dict[str, Any]:
+    """load_registry's view of this host's cgroups; `prepare` (the supervisor only): set the
+    supervisor up for them first (cgroups.prepare: its own leaf, controllers, stale runs)."""
+    from supervisor import cgroups
+    from supervisor.core.log import log_event
+
+    host = cgroups.probe() if cfg.cgroups != "off" else cgroups.Host(problem="cgroups = off")
+    if prepare and cfg.cgroups != "off":
+        host, warning = cgroups.prepare(host)
+        if warning:
+            log_event(
+                logging.getLogger("punchclock.cgroups"),
+                "cgroups_limited",
+                level=logging.WARNING,
+                reason=warning,
+            )
+    return {"cgroup_host": lambda: host, "cgroups_mode": cfg.cgroups}
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -138,14 +158,17 @@ def cmd_handlers_list(args: argparse.Namespace) -> int:
     from supervisor.registry import load_registry
 
     cfg = _config(args)
-    reg = load_registry(cfg.handlers)
+    cg = _cgroup_args(cfg)
+    reg = load_registry(cfg.handlers, **cg)
+    isolation = cg["cgroup_host"]().describe()
     if args.json:
         handlers = [
             {"type": h.type, "argv": list(h.argv), "source": h.source, **_in_force(h)}
             for h in reg.handlers.values()
         ]
         rejected = [r.__dict__ for r in reg.rejected]
-        print(json.dumps({"handlers": handlers, "rejected": rejected}, indent=2))
+        out = {"isolation": isolation, "handlers": handlers, "rejected": rejected}
+        print(json.dumps(out, indent=2))
     else:
         for h in reg.handlers.values():
             print(f"ok        {h.type:<24} {' '.join(h.argv)}")
@@ -156,6 +179,7 @@ def cmd_handlers_list(args: argparse.Namespace) -> int:
             print(f"rejected  {r.type:<24} {r.source}: {r.reason}")
         if not reg.handlers and not reg.rejected:
             print("no handlers (pass --handlers PATH)")
+        print(f"isolation {isolation}")
     return EXIT_FAILED if reg.rejected else EXIT_OK
 
 
@@ -173,6 +197,8 @@ def _in_force(h: Handler) -> dict[str, Any]:
         "umask": None if h.umask is None else f"{h.umask:04o}",
         "limits": {k: "unlimited" if v == UNLIMITED else v for k, v in h.limits},
         "concurrency": h.concurrency,
+        "cgroup": h.cgroup,
+        "cgroup_limits": {k: v for k, v in h.cgroup_limits.items().items() if v is not None},
         "env": sorted(h.env),
         "pass_env": list(h.pass_env),
         "env_files": list(h.env_files),
@@ -198,8 +224,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(settings_table())
         return EXIT_OK
     cfg = _config(args)
+    cg = _cgroup_args(cfg)
+    print(f"isolation: {cg['cgroup_host']().describe()}")
     problems = [
-        f"handler {r.type} ({r.source}): {r.reason}" for r in load_registry(cfg.handlers).rejected
+        f"handler {r.type} ({r.source}): {r.reason}"
+        for r in load_registry(cfg.handlers, **cg).rejected
     ]
     if cfg.database_url:
         problems += _check_database(cfg.database_url)

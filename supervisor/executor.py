@@ -246,6 +246,8 @@ class Executor:
             extra_groups=None if handler.identity is None else handler.identity.groups,
             umask=handler.umask,
             limits=handler.limits,
+            cgroup=self.registry.cgroup_host if handler.cgroup else None,
+            cgroup_limits=handler.cgroup_limits,
             timeout=timeout,
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,
@@ -257,12 +259,14 @@ class Executor:
             return not_run("not started: the lease was lost or given back first")
         entry.child = await Child.spawn(spec, self.keeper, self.orphans)
         queue_delay = (row.started_at - row.scheduled_at).total_seconds()
+        cgroup = {} if entry.child.cgroup is None else {"cgroup": entry.child.cgroup.dirs[0]}
         self._event(
             "started",
             entry,
             pid=entry.child.pid,
             scheduled_at=utc_iso(row.scheduled_at),
             queue_delay=round(queue_delay, 4),
+            **cgroup,
         )
         if self.on_started:
             self.on_started(entry.type, max(0.0, queue_delay))
@@ -316,8 +320,8 @@ class Executor:
             "duration": duration,
             "outcome": completion_outcome,
         }
-        timed_out = completion_outcome is Outcome.TIMED_OUT
-        self._event("timed_out" if timed_out else "failed", entry, **fields)
+        named = {Outcome.TIMED_OUT: "timed_out", Outcome.OOM_KILLED: "oom_killed"}
+        self._event(named.get(completion_outcome, "failed"), entry, **fields)
         if status == RunStatus.DEAD:
             self._event("dead", entry, stderr_tail=result.stderr_tail[-ERROR_STDERR_CHARS:])
         else:

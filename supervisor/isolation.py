@@ -184,6 +184,29 @@ def limit_argv(limits: Iterable[tuple[str, int]]) -> list[str]:
     return [path, *options, "--"]
 
 
+@functools.cache
+def setpriv_path() -> str | None:
+    """util-linux's setpriv: the identity switch of a run that first joins its cgroup as us."""
+    return shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
+
+
+def setpriv_argv(uid: int | None, gid: int | None, groups: tuple[int, ...] | None) -> list[str]:
+    """setresuid/setresgid (saved ids too) and setgroups, as Popen's user=/group= would."""
+    path = setpriv_path()
+    if path is None:  # registry.py rejected such handlers; never run one as ourselves
+        raise FileNotFoundError("setpriv(1) not found: cannot switch the handler's identity")
+    argv = [path]
+    if gid is not None:
+        argv.append(f"--regid={gid}")
+    if groups is None:
+        argv.append("--keep-groups")
+    else:
+        argv.append(f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups")
+    if uid is not None:
+        argv.append(f"--reuid={uid}")
+    return [*argv, "--"]
+
+
 def parse_env_names(field: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
         raise ValueError(f"{field} must be a list of variable names")

@@ -73,18 +73,25 @@ class Keeper:
         os.set_blocking(proc.stdin.fileno(), False)
         return cls(instance_id, proc)
 
-    def announce(self, child_id: str, kill_by: float) -> None:
+    def announce(self, child_id: str, kill_by: float, cgroup: tuple[str, ...] = ()) -> None:
         """Before a child is spawned: have the keeper kill the processes marked `child_id`
         at `kill_by`. Written at once, not coalesced: a supervisor that freezes right after
         the spawn must not leave the child without a deadline (the keeper finds it by its
-        marker until `register` names its group)."""
-        self._send(f"={child_id} {kill_by:.6f}\n".encode(), now=True)
+        marker until `register` names its group). `cgroup`: the run's cgroup directories,
+        killed whole (cgkill.py) wherever its processes went."""
+        self._send(f"={child_id} {kill_by:.6f}{_dirs(cgroup)}\n".encode(), now=True)
 
-    def register(self, pgid: int, kill_by: float | None = None, child_id: str = "") -> None:
-        """Have the keeper kill process group `pgid` if the supervisor dies, or at the
-        monotonic instant `kill_by` (and the processes marked with `child_id`). Sent again,
-        it moves the deadline."""
-        self._send(f"+{pgid} {kill_by or 0:.6f} {child_id}\n".encode())
+    def register(
+        self,
+        pgid: int,
+        kill_by: float | None = None,
+        child_id: str = "",
+        cgroup: tuple[str, ...] = (),
+    ) -> None:
+        """Have the keeper kill process group `pgid` (and cgroup `cgroup`) if the supervisor
+        dies, or at the monotonic instant `kill_by` (and the processes marked with
+        `child_id`). Sent again, it moves the deadline."""
+        self._send(f"+{pgid} {kill_by or 0:.6f} {child_id}{_dirs(cgroup)}\n".encode())
 
     def unregister(self, pgid: int, child_id: str = "") -> None:
         """Forget the child (its group is gone; the number may be reused)."""
@@ -157,6 +164,11 @@ class Keeper:
         if self._writer_loop is not None:
             self._writer_loop.remove_writer(self._stdin.fileno())
             self._writer_loop = None
+
+
+def _dirs(cgroup: tuple[str, ...]) -> str:
+    # cgroups.probe refuses paths with a tab or a newline
+    return "".join(f"\t{d}" for d in cgroup)
 
 
 def _spawn_keeper(instance_id: str) -> subprocess.Popen[bytes]:

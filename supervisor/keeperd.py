@@ -7,17 +7,19 @@ supervisor's handle on it is `keeper.Keeper`.
 Run as `python -m supervisor.keeperd <instance_id>`; it reads lines on stdin:
 `=<child_id> <kill_by>` announces a child about to be spawned (written before the spawn, so
 a supervisor frozen right after it cannot leave the child without a deadline),
-`+<pgid> <kill_by> <child_id>` names its process group (or moves its deadline),
+`+<pgid> <kill_by> <child_id>` names its process group (or moves its deadline); either may
+end in `\t<dir>`... naming the run's cgroup directories, killed whole (cgkill.py) with it,
 `-<pgid> <child_id>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
 (time.monotonic(), the same clock in every process of the host), 0 for none. At kill_by the
-keeper SIGKILLs the group and every process carrying PUNCHCLOCK_CHILD_ID=<child_id> (a
-descendant that left the group). When the supervisor is gone (parentwatch: EOF without
-`exit`, or a new parent) it SIGKILLs every registered group and every process whose
+keeper SIGKILLs the group, its cgroup, and every process carrying PUNCHCLOCK_CHILD_ID=<child_id>
+(a descendant that left the group). When the supervisor is gone (parentwatch: EOF without
+`exit`, or a new parent) it SIGKILLs every registered group and cgroup (then removes the
+cgroups once empty), and every process whose
 environment carries PUNCHCLOCK_SUPERVISOR_INSTANCE=<instance_id> (a child spawned after its
 last message).
 
-This module imports only the stdlib's os, sys, signal, select and time, and parentwatch
-(about 9 MB RSS; asyncio would double it).
+This module imports only the stdlib's os, sys, signal, select and time, parentwatch and
+cgkill (about 9 MB RSS; asyncio would double it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from supervisor import cgkill
 from supervisor.parentwatch import ParentPipe
 
 if TYPE_CHECKING:
@@ -66,22 +69,51 @@ def _kill_marked(marker: bytes) -> None:
             return
 
 
-# child_id (or "pg<pgid>" for a group registered without one) -> [kill_by or 0, pgid or 0]
-Table = dict[str, list[float]]
+class Entry:
+    """One child: its kill-by instant (0: none), process group (0: not yet known), cgroup."""
+
+    __slots__ = ("cgroup", "kill_by", "pgid")
+
+    def __init__(self, kill_by: float, pgid: int, cgroup: list[str]) -> None:
+        self.kill_by, self.pgid, self.cgroup = kill_by, pgid, cgroup
+
+
+# child_id (or "pg<pgid>" for a group registered without one) -> Entry
+Table = dict[str, Entry]
+_REMOVE_WAIT = 2.0  # seconds the keeper waits for killed cgroups to empty before rmdir
 
 
 def _kill_everything(children: Table, instance_id: str) -> None:
-    for _, pgid in children.values():
-        if pgid:
-            _sigkill(os.killpg, int(pgid))
+    for entry in children.values():
+        if entry.cgroup:
+            cgkill.kill_all(entry.cgroup)
+        if entry.pgid:
+            _sigkill(os.killpg, entry.pgid)
     _kill_marked(f"{INSTANCE_ENV}={instance_id}".encode())
+    _remove_cgroups([d for entry in children.values() for d in entry.cgroup])
+
+
+def _remove_cgroups(dirs: list[str]) -> None:
+    """rmdir the killed runs' cgroups once their processes are gone (bounded wait)."""
+    deadline = time.monotonic() + _REMOVE_WAIT
+    while dirs:
+        dirs = cgkill.remove(dirs)
+        if not dirs or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)  # exiting processes leave a cgroup without an event we could wait on
 
 
 def _kill_overdue(children: Table, now: float) -> None:
     """Kill every child whose kill-by deadline passed without a renewal moving it."""
-    for child_id, (kill_by, pgid) in list(children.items()):
+    for child_id, entry in list(children.items()):
+        kill_by, pgid = entry.kill_by, entry.pgid
         if kill_by and kill_by <= now:
             del children[child_id]
+            if entry.cgroup:
+                cgkill.kill_all(entry.cgroup)
+                # Kept (no deadline, no group) so that it is removed if the supervisor dies
+                # too; the supervisor's unregister drops it after removing it itself.
+                children[child_id] = Entry(0.0, 0, entry.cgroup)
             if pgid:
                 _sigkill(os.killpg, int(pgid))
             if not child_id.startswith("pg"):
@@ -109,16 +141,18 @@ def _apply(line: bytes, children: Table) -> bool:
     """
     if line == b"exit":
         return False
+    line, *dirs = line.split(b"\t")
+    cgroup = [os.fsdecode(d) for d in dirs if d]
     op, _, rest = line.partition(b" ")
     kind, arg = op[:1], op[1:]
     if kind == b"=" and arg:
-        children[arg.decode(errors="replace")] = [_number(rest), 0.0]
+        children[arg.decode(errors="replace")] = Entry(_number(rest), 0, cgroup)
     elif kind in (b"+", b"-") and arg.isdigit():
         pgid = int(arg)
         if kind == b"+":
             kill_by, _, child_id = rest.partition(b" ")
             key = child_id.decode(errors="replace") or f"pg{pgid}"
-            children[key] = [_number(kill_by), float(pgid)]
+            children[key] = Entry(_number(kill_by), pgid, cgroup)
         else:
             key = rest.decode(errors="replace") or f"pg{pgid}"
             children.pop(key, None)
@@ -149,7 +183,7 @@ def _main(argv: list[str]) -> int:
     while True:
         now = time.monotonic()
         _kill_overdue(children, now)
-        next_due = min((t for t, _ in children.values() if t), default=None)
+        next_due = min((e.kill_by for e in children.values() if e.kill_by), default=None)
         lines = pipe.read(None if next_due is None else max(0.0, next_due - now))
         if lines is None:
             break  # the supervisor is gone

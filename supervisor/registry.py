@@ -1,5 +1,6 @@
 """The host's handler registry: type name -> command and how it runs (identity, environment,
-limits, concurrency: validated by isolation.py), from TOML files and handler directories.
+limits, concurrency: validated by isolation.py; a cgroup per run and its limits: cgroups.py),
+from TOML files and handler directories.
 
 Handlers are registered on each host, never through the API: the API can only name a type.
 Bad entries are collected as `Rejected` with a reason instead of stopping the host, so
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor import isolation
+from supervisor import cgroups, isolation
+from supervisor.cgroups import Limits
 from supervisor.core.model import TYPE, TYPE_RULE
 from supervisor.isolation import Identity
 
@@ -24,8 +26,9 @@ _IDENTITY_KEYS = {"user", "group", "supplementary_groups"}
 _ENV_KEYS = {"env", "pass_env", "env_files"}
 _KEYS = {
     "command", "shell", "timeout_seconds", "cwd", "umask", "concurrency",
-    *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
+    "cgroup", *cgroups.LIMIT_KEYS, *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
 }  # fmt: skip
+CGROUP_MODES = ("handler", "all", "off")  # the supervisor-wide `cgroups` setting
 _IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}
 
 
@@ -43,6 +46,8 @@ class Handler:
     concurrency: int | None = None  # children of this type at once here; None: any slot
     pass_env: tuple[str, ...] = ()  # names copied from the supervisor's environment
     env_files: tuple[str, ...] = ()  # KEY=VALUE files read at each spawn
+    cgroup: bool = False  # each run in a cgroup of its own (cgroups.py)
+    cgroup_limits: Limits = field(default_factory=Limits)
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The child's environment before env_files and the run variables."""
@@ -60,6 +65,7 @@ class Rejected:
 class Registry:
     handlers: dict[str, Handler] = field(default_factory=dict)
     rejected: list[Rejected] = field(default_factory=list)
+    cgroup_host: cgroups.Host | None = None  # where runs get their cgroup, when any does
 
     @property
     def types(self) -> list[str]:
@@ -80,19 +86,31 @@ def load_registry(
     *,
     switch_problem: Callable[[], str | None] = isolation.identity_switch_problem,
     environ: Mapping[str, str] = os.environ,
+    cgroup_host: Callable[[], cgroups.Host] = cgroups.probe,
+    cgroups_mode: str = "handler",
+    euid: Callable[[], int] = os.geteuid,
 ) -> Registry:
     """`switch_problem` says why this process cannot run a child as another user (None: it
-    can); asked once, only if a handler sets `user`."""
+    can); asked once, only if a handler sets `user`. `cgroup_host` says what this host offers
+    for a cgroup per run (asked once, when one is wanted); `cgroups_mode`: `handler` (runs of
+    handlers that set `cgroup = true` or a cgroup limit), `all` (every run, where the host
+    can; `cgroup = false` opts out), `off` (none: such handlers are rejected)."""
+    if cgroups_mode not in CGROUP_MODES:
+        raise ValueError(f"cgroups must be one of {', '.join(CGROUP_MODES)}, not {cgroups_mode!r}")
     reg = Registry()
-    host = _Host(functools.cache(switch_problem), environ)
+    host = _Host(
+        functools.cache(switch_problem), environ, functools.cache(cgroup_host), cgroups_mode, euid
+    )
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            _load_dir(reg, path)
+            _load_dir(reg, path, host)
         elif path.is_file():
             _load_toml(reg, path, host)
         else:
             reg.rejected.append(Rejected(str(path), "*", "no such file or directory"))
+    if any(h.cgroup for h in reg.handlers.values()):
+        reg.cgroup_host = host.cgroup_host()
     return reg
 
 
@@ -100,6 +118,9 @@ def load_registry(
 class _Host:
     switch_problem: Callable[[], str | None]
     environ: Mapping[str, str]
+    cgroup_host: Callable[[], cgroups.Host]
+    cgroups_mode: str
+    euid: Callable[[], int]
 
 
 def _executable_problem(path: Path) -> str | None:
@@ -112,7 +133,7 @@ def _executable_problem(path: Path) -> str | None:
     return None
 
 
-def _load_dir(reg: Registry, directory: Path) -> None:
+def _load_dir(reg: Registry, directory: Path, host: _Host) -> None:
     for path in sorted(directory.iterdir()):
         if path.name.startswith((".", "_")) or path.suffix in _IGNORED_SUFFIXES or path.is_dir():
             continue
@@ -124,7 +145,8 @@ def _load_dir(reg: Registry, directory: Path) -> None:
         if problem:
             reg.rejected.append(Rejected(str(path), type_name, problem))
             continue
-        reg.add(Handler(type_name, (str(path.resolve()),), str(path)))
+        wanted = host.cgroups_mode == "all" and host.cgroup_host().usable
+        reg.add(Handler(type_name, (str(path.resolve()),), str(path), cgroup=wanted))
 
 
 def _load_toml(reg: Registry, path: Path, host: _Host) -> None:
@@ -183,6 +205,18 @@ def _parse_entry(type_name: str, spec: Any, source: str, base: Path, host: _Host
     cwd = spec.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not Path(cwd).is_dir()):
         raise ValueError(f"cwd {cwd!r} is not a directory")
+    identity = _identity(spec, host)
+    cgroup, limits = _cgroup(spec, host)
+    if cgroup and identity is not None:
+        # The identity switch runs after the cgroup join, in setpriv(1): an exec'd program
+        # keeps no capabilities of a non-root supervisor (its ambient set is cleared).
+        if host.euid() != 0:
+            raise ValueError(
+                "user: with a cgroup per run, the supervisor must run as root (the switch "
+                "happens after the run joins its cgroup, where capabilities are gone)"
+            )
+        if isolation.setpriv_path() is None:
+            raise ValueError("user: with a cgroup per run, needs setpriv(1) on PATH")
     return Handler(
         type_name,
         argv,
@@ -190,7 +224,7 @@ def _parse_entry(type_name: str, spec: Any, source: str, base: Path, host: _Host
         cwd,
         isolation.check_env_table(spec.get("env", {})),
         timeout,
-        identity=_identity(spec, host),
+        identity=identity,
         umask=None if "umask" not in spec else isolation.parse_umask(spec["umask"]),
         limits=tuple(
             (key, isolation.parse_limit(key, spec[key])) for key in isolation.RLIMITS if key in spec
@@ -198,7 +232,33 @@ def _parse_entry(type_name: str, spec: Any, source: str, base: Path, host: _Host
         concurrency=_concurrency(spec.get("concurrency")),
         pass_env=isolation.parse_env_names("pass_env", spec.get("pass_env", [])),
         env_files=isolation.parse_env_files(spec.get("env_files", []), base, host.environ),
+        cgroup=cgroup,
+        cgroup_limits=limits,
     )
+
+
+def _cgroup(spec: dict[str, Any], host: _Host) -> tuple[bool, Limits]:
+    """Whether runs get a cgroup of their own, and its limits. Fail closed: a handler that
+    asks for one (or for a limit) on a host that cannot give it is rejected."""
+    asked = spec.get("cgroup")
+    if asked is not None and not isinstance(asked, bool):
+        raise ValueError("cgroup must be true or false")
+    limits = cgroups.parse_limits(spec)
+    if asked is False and limits:
+        first = next(k for k, v in limits.items().items() if v is not None)
+        raise ValueError(f"cgroup: false, but {first} needs a cgroup per run")
+    if not (asked or limits):
+        return host.cgroups_mode == "all" and asked is None and host.cgroup_host().usable, limits
+    if host.cgroups_mode == "off":
+        raise ValueError("cgroup: this supervisor runs with cgroups = off")
+    cg_host = host.cgroup_host()
+    if not cg_host.usable:
+        raise ValueError(
+            f"cgroup: this host cannot give a run its own cgroup: {cg_host.describe()}"
+        )
+    if problem := cg_host.limit_problem(limits):
+        raise ValueError(problem)
+    return True, limits
 
 
 def _identity(spec: dict[str, Any], host: _Host) -> Identity | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
 import resource
 import signal
@@ -15,8 +16,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from supervisor import tree
+from supervisor import cgroups, tree
 from supervisor.child import ChildEnd, ChildResult, ChildSpec
+from supervisor.core.log import log_event
 from supervisor.keeperd import CHILD_ID_ENV, INSTANCE_ENV
 from supervisor.output import Tail
 from supervisor.spawn import spawn_error_text, start_process
@@ -29,6 +31,8 @@ _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
 _PIPE_LINGER = 0.2  # how long output pipes may stay open once the process group is gone
 _POLL_MAX = 0.1
+_CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
+_log = logging.getLogger("punchclock.runner")
 
 
 class Child:
@@ -40,6 +44,11 @@ class Child:
     supervisor dies (or freezes past `kill_by`); Orphans kills what daemonised away.
     The common case (an empty group and closed pipes at exit) completes from event-loop
     callbacks alone: no task, no thread, no timer beyond an optional timeout.
+
+    With `spec.cgroup`, the child runs in a cgroup of its own, created before it starts and
+    removed after: "the tree" is then the cgroup's members (nothing leaves it by setsid, a
+    double fork or a cleared environment), SIGKILL is the cgroup's kill, and CPU and peak
+    memory are the whole tree's.
     """
 
     pid: int | None
@@ -72,6 +81,9 @@ class Child:
         # Strong references: the event loop keeps only weak ones to tasks.
         self._killer: asyncio.Task[None] | None = None
         self._helper: asyncio.Task[None] | None = None
+        self.cgroup: cgroups.RunCgroup | None = None
+        self._usage: tuple[float | None, int | None] = (None, None)
+        self._oom_kills = 0
 
     @classmethod
     async def spawn(
@@ -109,15 +121,27 @@ class Child:
 
     def set_kill_by(self, kill_by: float) -> None:  # after a lease renewal
         if self.keeper is not None and self.pid is not None and not self._exited.done():
-            self.keeper.register(self.pid, kill_by, self.child_id)
+            self.keeper.register(self.pid, kill_by, self.child_id, self._cgroup_dirs())
+
+    def _cgroup_dirs(self) -> tuple[str, ...]:
+        return () if self.cgroup is None else self.cgroup.dirs
 
     def _start(self) -> None:
         spec = self.spec
         env = {**spec.env, CHILD_ID_ENV: self.child_id}
+        if spec.cgroup is not None:
+            try:
+                self.cgroup = cgroups.RunCgroup.create(
+                    spec.cgroup, self.child_id[:16], spec.cgroup_limits
+                )
+            except OSError as exc:
+                error = f"cannot create the run's cgroup: {exc}"
+                self._done.set_result(ChildResult.not_started(error))
+                return
         if self.keeper is not None:
             env[INSTANCE_ENV] = self.keeper.instance_id
-            if spec.kill_by is not None:
-                self.keeper.announce(self.child_id, spec.kill_by)
+            if spec.kill_by is not None or self.cgroup is not None:
+                self.keeper.announce(self.child_id, spec.kill_by or 0.0, self._cgroup_dirs())
         try:
             proc = start_process(
                 spec.argv,
@@ -128,16 +152,19 @@ class Child:
                 extra_groups=spec.extra_groups,
                 umask=spec.umask,
                 limits=spec.limits,
+                cgroup=self.cgroup,
             )
         except (OSError, ValueError) as exc:
             if self.keeper is not None:
                 self.keeper.unregister(0, self.child_id)
+            if self.cgroup is not None:
+                self.cgroup.remove()
             error = spawn_error_text(spec.argv, spec.cwd, exc)
             self._done.set_result(ChildResult.not_started(error))
             return
         self._popen, self.pid = proc.popen, proc.pid
         if self.keeper is not None:
-            self.keeper.register(self.pid, spec.kill_by, self.child_id)
+            self.keeper.register(self.pid, spec.kill_by, self.child_id, self._cgroup_dirs())
         if self.orphans is not None:
             self.orphans.started(self.pid, self.child_id)
         for file in (proc.stdout, proc.stderr):
@@ -228,14 +255,20 @@ class Child:
         self._wake.set()
         if self._killer is not None:
             return  # it settles once it has killed what is left
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:  # the usual case: nothing left in the group
-            self._group_gone = True
-            self._settle()
-            return
-        except PermissionError:
-            pass
+        if self.cgroup is not None:
+            if not self.cgroup.populated():  # the usual case: nothing left in the cgroup
+                self._group_gone = True
+                self._settle()
+                return
+        else:
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:  # the usual case: nothing left in the group
+                self._group_gone = True
+                self._settle()
+                return
+            except PermissionError:
+                pass
         grace = min(_LEFTOVER_GRACE, max(self.spec.kill_grace, 0.0))
         self._deadline = time.monotonic() + grace
         self._helper = self._loop.create_task(self._terminate())
@@ -264,13 +297,16 @@ class Child:
         timeout, every escaped descendant); used too for what a handler leaves behind."""
         # Snapshot first: once the child dies, its children are reparented and the tree is lost.
         snapshot: list[tree.Descendant] = []
-        if not self._exited.done() and self.pid is not None:
+        if not self._exited.done() and self.pid is not None and self.cgroup is None:
             snapshot = await asyncio.to_thread(tree.descendants, self.pid)
         if self._deadline > time.monotonic():
             self._signal_group(signal.SIGTERM)
         if not await self._await_group_gone():
             self._signal_group(signal.SIGKILL)
-        if self._stop is not None:
+            if self.cgroup is not None:  # dying members keep it busy: wait before rmdir
+                self._deadline = time.monotonic() + _CGROUP_EMPTY_WAIT
+                await self._await_group_gone()
+        if self._stop is not None and self.cgroup is None:
             await asyncio.to_thread(tree.kill_strays, CHILD_ID_ENV, self.child_id, snapshot)
         await asyncio.shield(self._exited)
         self._settle()
@@ -299,6 +335,13 @@ class Child:
             self._timer.cancel()
         for tail in self._tails:
             self._close_stream(tail)
+        if self.cgroup is not None:
+            self._usage, self._oom_kills = self.cgroup.usage(), self.cgroup.oom_kills()
+            if left := self.cgroup.remove():
+                log_event(
+                    _log, "cgroup_not_removed", level=logging.WARNING, child_id=self.child_id,
+                    dirs=left,
+                )  # fmt: skip
         if self.keeper is not None and self.pid is not None:
             self.keeper.unregister(self.pid, self.child_id)
         if self.orphans is not None and self.pid is not None:
@@ -325,7 +368,9 @@ class Child:
     async def _group_alive(self) -> bool:
         if not self._exited.done():
             return True
-        if not self._group_gone:
+        if not self._group_gone and self.cgroup is not None:
+            self._group_gone = not self.cgroup.populated()
+        elif not self._group_gone:
             assert self.pid is not None
             try:
                 os.killpg(self.pid, 0)
@@ -343,8 +388,22 @@ class Child:
         # Once the leader is reaped and the group empty, the pgid may belong to someone else.
         if self._group_gone or self.pid is None:
             return
+        if self.cgroup is not None:
+            self.cgroup.signal(sig)  # every member, wherever it went; KILL: the cgroup's kill
+            if self._exited.done():
+                return  # the pgid may have been reused already
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
+
+    def _oom_error(self) -> str:
+        limit = self.spec.cgroup_limits.memory_max
+        peak = self._usage[1]
+        text = "killed by the kernel: memory limit"
+        text += f" {cgroups.mib(limit)} reached" if limit is not None else " reached"
+        return text + (f" (peak {cgroups.mib(peak)})" if peak is not None else "")
+
+    def _join_failed(self) -> bool:
+        return any(t.text()[0].startswith(cgroups.JOIN_FAILED_TEXT) for t in self._tails[1:])
 
     def _result(self) -> ChildResult:
         code = sig = None
@@ -356,8 +415,13 @@ class Child:
             outcome, error = self._stop
         elif self._status is None:
             outcome, error = ChildEnd.FAILED, "exit status lost: the child was reaped elsewhere"
+        elif (sig is not None or code) and self._oom_kills:
+            # It (or a descendant it depended on) was killed for the run's memory limit.
+            outcome, error = ChildEnd.OOM_KILLED, self._oom_error()
         elif sig is not None:
             outcome, error = ChildEnd.FAILED, f"killed by signal {sig} ({tree.signal_name(sig)})"
+        elif code == cgroups.JOIN_FAILED and self.cgroup is not None and self._join_failed():
+            outcome, error = ChildEnd.SPAWN_FAILED, cgroups.JOIN_FAILED_TEXT
         elif code:
             outcome, error = ChildEnd.FAILED, f"exited with status {code}"
         else:
@@ -368,6 +432,10 @@ class Child:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
             if rss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024:
                 rss = None
+        if self.cgroup is not None:  # the whole tree's, not only the direct child's
+            cg_cpu, cg_peak = self._usage
+            cpu = cg_cpu if cg_cpu is not None else cpu
+            rss = cg_peak if cg_peak is not None else rss
         return ChildResult(
             outcome,
             code,

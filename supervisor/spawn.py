@@ -2,8 +2,10 @@
 
 `os.posix_spawn` (vfork + exec and the environment conversion in C, half of Popen's parent
 CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd, another
-identity or a umask, with prlimit(1) in front when it has rlimits (isolation.py). Watching,
-output and killing belong to runner.py.
+identity or a umask, with prlimit(1) in front when it has rlimits (isolation.py). A run with
+its own cgroup starts through the /bin/sh trampoline that joins it (cgroups.py), and then
+switches identity with setpriv(1) after it, not Popen (which would switch before the
+trampoline and leave it unable to join). Watching, output and killing belong to runner.py.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import os
 import signal
 import subprocess
 import sys
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from supervisor import isolation
+
+if TYPE_CHECKING:
+    from supervisor.cgroups import RunCgroup
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -44,13 +49,28 @@ def start_process(
     extra_groups: tuple[int, ...] | None = None,
     umask: int | None = None,
     limits: tuple[tuple[str, int], ...] = (),
+    cgroup: RunCgroup | None = None,
 ) -> Started:
-    """Start `argv` in a new session with pipes on 0-2. Raises OSError or ValueError."""
+    """Start `argv` in a new session with pipes on 0-2 (inside `cgroup` before it can fork).
+    Raises OSError or ValueError."""
     if not argv:
         raise ValueError("empty command")
-    confined = user is not None or group is not None or umask is not None or limits
+    identity = user is not None or group is not None
+    confined = identity or umask is not None or limits
     _drop_ambient_caps()
-    if cwd is None and not confined and _posix_spawn_ready():
+    if cgroup is not None:
+        # Resolved here, so a missing command is a spawn error, not the trampoline's exit 127.
+        argv = [_checked(_executable(argv[0], env.get("PATH"))), *argv[1:]]
+        if identity:
+            argv = [*isolation.setpriv_argv(user, group, extra_groups), *argv]
+            user = group = extra_groups = None
+        if limits:
+            argv = [*isolation.limit_argv(limits), *argv]
+            limits = ()
+        argv = [*cgroup.join_argv(), *argv]
+        if cwd is None and umask is None and _posix_spawn_ready():
+            return _posix_spawn(argv, env)
+    elif cwd is None and not confined and _posix_spawn_ready():
         return _posix_spawn(argv, env)
     if limits:
         # Resolved here, so a missing command is a spawn error, not prlimit's exit 127.
@@ -159,6 +179,15 @@ def _executable(name: str, path: str | None) -> str:
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+def _checked(path: str) -> str:
+    """The error exec would give, raised here (the trampoline's exec would only exit 126/127)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    return path
 
 
 def install_fast_child_watcher() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from supervisor.child import ChildEnd, ChildResult
-from supervisor.core.exitpolicy import DEFAULT_POLICY, SIGNAL, TIMEOUT, ExitPolicy
+from supervisor.core.exitpolicy import DEFAULT_POLICY, OOM_KILLED, SIGNAL, TIMEOUT, ExitPolicy
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion
 
@@ -32,6 +32,7 @@ ATTEMPT_OUTCOME = {
     ChildEnd.SUCCEEDED: Outcome.SUCCEEDED,
     ChildEnd.FAILED: Outcome.FAILED,
     ChildEnd.TIMED_OUT: Outcome.TIMED_OUT,
+    ChildEnd.OOM_KILLED: Outcome.OOM_KILLED,
     ChildEnd.KILLED: Outcome.FAILED,
     ChildEnd.SPAWN_FAILED: Outcome.FAILED,
 }
@@ -46,6 +47,8 @@ def _ending(result: ChildResult, code: int | None) -> str | None:
     """The policy's name for how the handler itself ended; None when we ended it."""
     if result.outcome is ChildEnd.TIMED_OUT:
         return TIMEOUT
+    if result.outcome is ChildEnd.OOM_KILLED:
+        return OOM_KILLED
     if result.outcome is ChildEnd.FAILED:
         return str(code) if code is not None else SIGNAL if result.signal else None
     return None

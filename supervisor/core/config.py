@@ -40,6 +40,10 @@ class Config:
     drain_timeout: float = _setting(30.0, "seconds running children get to finish at shutdown")
     kill_grace: float = _setting(10.0, "seconds between SIGTERM and SIGKILL for a child's group")
     output_limit: int = _setting(65536, "bytes of stdout and of stderr kept per attempt (tail)")
+    cgroups: str = _setting(
+        "handler",
+        "a cgroup per run: handler (those that set cgroup or a limit), all (every run), or off",
+    )
     misfire_grace: float = _setting(
         60.0, "seconds a run may wait past its time before the catch-up policy calls it missed"
     )
@@ -125,6 +129,8 @@ def _validate(cfg: Config) -> None:
         problems.append("plan_max_runs: must be at least 1")
     if cfg.output_limit < 0:
         problems.append("output_limit: must not be negative")
+    if cfg.cgroups not in {"handler", "all", "off"}:
+        problems.append(f"cgroups: must be handler, all or off, not {cfg.cgroups!r}")
     if cfg.log_level.lower() not in {"debug", "info", "warning", "error"}:
         problems.append(f"log_level: must be debug, info, warning or error, not {cfg.log_level!r}")
     for tok in cfg.api_tokens:

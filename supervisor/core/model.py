@@ -49,6 +49,7 @@ class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    OOM_KILLED = "oom_killed"  # killed by the kernel for its cgroup's memory limit
     LEASE_LOST = "lease_lost"  # reaped after the lease expired, or revoked while running
     INTERRUPTED = "interrupted"  # released at shutdown; does not consume an attempt
     CANCELLED = "cancelled"

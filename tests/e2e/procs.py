@@ -54,12 +54,16 @@ def handler_argv(name: str) -> list[str]:
     return [sys.executable, "-I", "-S", str(HANDLERS / f"{name}.py")]
 
 
-def write_handlers_toml(path: Path, types: dict[str, str]) -> Path:
-    """A handler TOML offering each type in `types` (type name -> test handler name)."""
+def write_handlers_toml(
+    path: Path, types: dict[str, str], settings: dict[str, str] | None = None
+) -> Path:
+    """A handler TOML offering each type in `types` (type name -> test handler name), with
+    `settings[type]` (TOML lines) added to its table."""
     lines = []
     for type_name, handler in types.items():
         # JSON string syntax is valid TOML basic-string syntax.
-        lines += [f"[handlers.{type_name}]", f"command = {json.dumps(handler_argv(handler))}", ""]
+        lines += [f"[handlers.{type_name}]", f"command = {json.dumps(handler_argv(handler))}"]
+        lines += [(settings or {}).get(type_name, ""), ""]
     path.write_text("\n".join(lines))
     return path
 
@@ -112,10 +116,13 @@ class Cluster:
         dsn: str | None = None,
         metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
+        settings: dict[str, str] | None = None,
     ) -> Supervisor:
-        """Start a supervisor offering `types` (type -> handler; a bare name is both)."""
+        """Start a supervisor offering `types` (type -> handler; a bare name is both), with
+        `settings` (type -> TOML lines) in their handler tables."""
         mapping = dict(types) if isinstance(types, dict) else {t: t for t in types}
-        toml = write_handlers_toml(self.tmp_path / f"handlers-{worker_id}.toml", mapping)
+        path = self.tmp_path / f"handlers-{worker_id}.toml"
+        toml = write_handlers_toml(path, mapping, settings)
         log_path = self.tmp_path / f"{worker_id}.log"
         argv = [
             sys.executable,

@@ -30,7 +30,8 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "child", "executor", "faces", "inflight", "isolation", "keeper", "keeperd", "lease", "loop",
+    "cgkill", "cgroups", "child", "executor", "faces", "inflight", "isolation", "keeper",
+    "keeperd", "lease", "loop",
     "orphans", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip

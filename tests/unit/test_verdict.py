@@ -93,6 +93,11 @@ def _policy(**fields: object) -> ExitPolicy:
         (_policy(retry_on=[75]), _result("killed", sig=15), ("failed", "failed")),
         (_policy(retry_on=[75]), _result("spawn_failed"), ("failed", "failed")),
         (_policy(dead_on=[1]), _result("failed", 1), ("failed", "dead")),
+        # the kernel's OOM kill at the cgroup's memory_max: retried by default, like a failure
+        (_policy(), _result("oom_killed", sig=9), ("oom_killed", "failed")),
+        (_policy(dead_on=["oom_killed"]), _result("oom_killed", sig=9), ("oom_killed", "dead")),
+        (_policy(retry_on=["timeout"]), _result("oom_killed", sig=9), ("oom_killed", "dead")),
+        (_policy(dead_on=["signal"]), _result("oom_killed", sig=9), ("oom_killed", "failed")),
     ],
 )
 def test_exit_policy(policy: ExitPolicy, result: ChildResult, expected: tuple[str, str]) -> None:
