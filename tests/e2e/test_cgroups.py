@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,16 +74,22 @@ async def test_timeout_and_supervisor_sigkill_take_down_an_escaped_daemon(
     await wait_gone(daemon, 5, "the escaped daemon of the SIGKILLed supervisor")
 
 
-async def test_a_frozen_supervisors_keeper_kills_the_cgroup_when_the_lease_is_lost(
-    cluster: Cluster, store: Store, tmp_path: Path
-) -> None:
+async def _daemon_in_place(cluster: Cluster, store: Store, tmp_path: Path) -> tuple[Any, int, Any]:
+    """A supervisor with a cgroup per run, and a run whose handler left a daemon behind
+    (setsid, no marker, SIGTERM ignored): (the supervisor, the run, the daemon's watch)."""
     work = tmp_path / "work"
     work.mkdir()
     a = await cluster.start_ready("a", ["hostile"], settings={"hostile": "cgroup = true"})
     payload = {"mode": "daemon", "dir": str(work), "linger": 60}
     [run_id] = await create_runs(store, "hostile", 1, payload)
     await wait_for((work / f"{run_id}.daemon").exists, 15, "the daemon to be in place")
-    daemon = watch(read_pids(work / f"{run_id}.daemon"))
+    return a, run_id, watch(read_pids(work / f"{run_id}.daemon"))
+
+
+async def test_a_frozen_supervisors_keeper_kills_the_cgroup_when_the_lease_is_lost(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    a, _, daemon = await _daemon_in_place(cluster, store, tmp_path)
     a.send(signal.SIGSTOP)  # no renewals: the keeper's kill-by deadline (about the lease)
     await wait_gone(daemon, 10, "the escaped daemon once the lease was lost")
     assert a.frozen()
@@ -92,13 +99,7 @@ async def test_a_frozen_supervisors_keeper_kills_the_cgroup_when_the_lease_is_lo
 async def test_cancel_of_a_running_run_kills_its_escaped_daemon(
     cluster: Cluster, store: Store, tmp_path: Path
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    a = await cluster.start_ready("a", ["hostile"], settings={"hostile": "cgroup = true"})
-    payload = {"mode": "daemon", "dir": str(work), "linger": 60}
-    [run_id] = await create_runs(store, "hostile", 1, payload)
-    await wait_for((work / f"{run_id}.daemon").exists, 15, "the daemon to be in place")
-    daemon = watch(read_pids(work / f"{run_id}.daemon"))
+    a, run_id, daemon = await _daemon_in_place(cluster, store, tmp_path)
     await runs.cancel_run(store, run_id)  # what POST /v1/runs/{id}/cancel does
     # The supervisor's next renewal fails; it kills the run's cgroup.
     await wait_gone(daemon, 10, "the escaped daemon of the cancelled run")

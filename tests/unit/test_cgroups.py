@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from supervisor.child import ChildSpec
 from supervisor.runner import Child
 
 from ..helpers import wait_for
+from .test_runner import fake_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -212,22 +212,10 @@ FAKE_SUPERVISOR = textwrap.dedent("""
 """)
 
 
-@contextlib.asynccontextmanager
-async def fake_supervisor(
+def fake_supervisor(
     tmp_path: Path, mode: str
-) -> AsyncIterator[tuple[subprocess.Popen[str], list[str]]]:
-    argv = [PY, "-c", FAKE_SUPERVISOR, str(ROOT), uuid.uuid4().hex, str(tmp_path), ESCAPER, mode]
-    fake = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    try:
-        assert fake.stdout is not None
-        async with asyncio.timeout(20):
-            line = await asyncio.to_thread(fake.stdout.readline)
-        yield fake, line.split()
-    finally:
-        fake.kill()
-        fake.wait()
-        if fake.stdout is not None:
-            fake.stdout.close()
+) -> contextlib.AbstractAsyncContextManager[tuple[subprocess.Popen[str], list[str]]]:
+    return fake_process(FAKE_SUPERVISOR, str(tmp_path), ESCAPER, mode)
 
 
 @needs_cgroups
