@@ -161,6 +161,8 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         "catchup_window_seconds": args.catchup_window,
         "overlap": args.overlap,
         "paused": args.paused,
+        "pause_after_failures": args.pause_after_failures,
+        "job_failing_after": args.job_failing_after,
     }
     body.update({k: v for k, v in simple.items() if v is not None})
     if args.payload is not None:
@@ -315,6 +317,10 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--catchup", choices=["latest", "all", "none"])
     p.add_argument("--catchup-window", type=float, help="seconds")
     p.add_argument("--overlap", choices=["allow", "skip", "wait"])
+    p.add_argument(
+        "--pause-after-failures", type=int, help="pause after N (1-1000) dead runs in a row"
+    )
+    p.add_argument("--job-failing-after", type=int, help="job_failing after N dead runs (1)")
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:

@@ -87,6 +87,26 @@ POLICY_FIELDS: J = {
         }
     ),
 }
+# Notification rules of a job (DESIGN.md, Notifications): in requests and in the job view.
+STREAK_FIELDS: J = {
+    "pause_after_failures": null(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "description": "pause the job after this many consecutive runs ended dead by the"
+            " handler's own doing (exit status, signal, timeout; not a lost lease, a shutdown"
+            " or a cancel), raising job_auto_paused; resume starts the count again."
+            " null (default): never",
+        }
+    ),
+    "job_failing_after": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000,
+        "description": "job_failing once this many consecutive runs ended dead (default 1)",
+    },
+}
 JOB_FIELDS: J = {
     "name": {"type": "string", "pattern": NAME},
     "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
@@ -120,6 +140,7 @@ JOB_FIELDS: J = {
     "overlap": enum(Overlap),
     "paused": BOOL,
     **POLICY_FIELDS,
+    **STREAK_FIELDS,
     "notify": {
         "type": "array",
         "maxItems": 20,
@@ -149,6 +170,7 @@ JOB = obj(
         "paused": BOOL,
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
         **POLICY_FIELDS,
+        **STREAK_FIELDS,
         "created_at": TIME,
         "updated_at": TIME,
     }

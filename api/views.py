@@ -68,6 +68,8 @@ def job(j: Job) -> dict[str, Any]:
         "paused": spec.paused,
         "pause_reason": j.pause_reason,
         **spec.exit_policy.view(),
+        "pause_after_failures": spec.pause_after_failures,
+        "job_failing_after": spec.job_failing_after,
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }

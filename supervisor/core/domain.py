@@ -103,6 +103,9 @@ class JobSpec:
     exit_policy: ExitPolicy = DEFAULT_POLICY  # which endings succeed, end the run, are retried
     # Its notify list (channels.py stores it beside the job); None: not given, unchanged.
     notify: tuple[NotifyRule, ...] | None = None
+    # Pause the job after this many consecutive dead runs of the handler's doing (None: never).
+    pause_after_failures: int | None = None
+    job_failing_after: int = 1  # job_failing when this many consecutive runs ended dead
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -157,6 +160,8 @@ class Job:
             exit_policy=ExitPolicy.from_columns(
                 row["success_exit_codes"], row["dead_on"], row["retry_on"]
             ),
+            pause_after_failures=row["pause_after_failures"],
+            job_failing_after=row["job_failing_after"],
         )
         return cls(
             id=row["id"],

@@ -25,8 +25,9 @@ class Event(StrEnum):
     RUN_MISSED = "run_missed"  # an instant recorded skipped because it was missed
     RUN_OVERLAP_SKIPPED = "run_overlap_skipped"
     RUN_LATE = "run_late"  # a due run waited longer than ready_max_lag (once per run)
-    JOB_FAILING = "job_failing"  # a streak of dead runs began (one per streak)
+    JOB_FAILING = "job_failing"  # a dead streak reached the job's job_failing_after (once)
     JOB_RECOVERED = "job_recovered"  # the first success after job_failing
+    JOB_AUTO_PAUSED = "job_auto_paused"  # pause_after_failures reached: the job was paused
     WORKER_LOST = "worker_lost"  # a supervisor stopped renewing; its runs were reaped
     TEST = "test"  # POST /v1/channels/{id}/test; not subscribable
 

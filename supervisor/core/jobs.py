@@ -136,8 +136,8 @@ async def trigger_job(
     """Insert a manual run due now; returns (run id, created).
 
     With an idempotency key, a repeated request returns the run the first one created
-    (a different payload for the same key is a conflict). A paused job's run waits for
-    the resume, like its scheduled runs.
+    (a different payload for the same key is a conflict). A paused job runs it (claim_runs
+    takes manual runs of paused jobs) and stays paused: checking a job before resuming it.
     """
     async with store.transaction() as tx:
         # A retry shifts scheduled_at by a microsecond when a planned run holds the instant.

@@ -35,11 +35,14 @@ FIELDS = {
     "overlap",
     "paused",
     "notify",
+    "pause_after_failures",
+    "job_failing_after",
     *POLICY_FIELDS,
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them;
-# retry_on: every failure not in dead_on).
-NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on"}
+# retry_on: every failure not in dead_on; pause_after_failures: never auto-paused).
+NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on", "pause_after_failures"}
+MAX_STREAK = 1000  # pause_after_failures and job_failing_after (migration 0009's checks)
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
 # (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
@@ -154,6 +157,15 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["paused"] = body["paused"]
     if "notify" in body:
         out["notify"] = parse_notify(errors, body["notify"])
+    if "pause_after_failures" in body:
+        n = body["pause_after_failures"]
+        out["pause_after_failures"] = (
+            None if n is None else _number(errors, "pause_after_failures", n, 1, MAX_STREAK, True)
+        )
+    if "job_failing_after" in body:
+        out["job_failing_after"] = _number(
+            errors, "job_failing_after", body["job_failing_after"], 1, MAX_STREAK, True
+        )
     if body.keys() & set(POLICY_FIELDS):
         out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
     _validate_schedule(errors, body, out, base)

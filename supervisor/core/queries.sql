@@ -12,10 +12,12 @@ SELECT pg_notify('punchclock_wake', '');
 -- name: insert_job
 INSERT INTO jobs (name, type, payload, cron, run_at, timezone, max_attempts, timeout_seconds,
                   retry_base_seconds, retry_cap_seconds, catchup, catchup_window_seconds,
-                  overlap, paused, success_exit_codes, dead_on, retry_on)
+                  overlap, paused, success_exit_codes, dead_on, retry_on,
+                  pause_after_failures, job_failing_after)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::timestamptz, $6::text, $7::int,
         $8::float8, $9::float8, $10::float8, $11::catchup_policy, $12::float8,
-        $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[])
+        $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[], $18::int,
+        $19::int)
 RETURNING *;
 
 -- name: get_job
@@ -45,7 +47,7 @@ UPDATE jobs SET
     retry_cap_seconds = $11::float8, catchup = $12::catchup_policy,
     catchup_window_seconds = $13::float8, overlap = $14::overlap_policy, paused = $15::bool,
     success_exit_codes = $16::int[], dead_on = $17::text[], retry_on = $18::text[],
-    updated_at = now()
+    pause_after_failures = $19::int, job_failing_after = $20::int, updated_at = now()
 WHERE id = $1::bigint AND deleted_at IS NULL
 RETURNING *;
 
@@ -211,7 +213,8 @@ WITH orphans AS (
            j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on
     FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
-      AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL
+      AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
+      AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
             AND x.exclusive))
@@ -250,7 +253,8 @@ ORDER BY c.run_after, c.id;
 SELECT EXTRACT(EPOCH FROM (min(r.run_after) - now()))::float8 FROM runs r
 JOIN jobs j ON j.id = r.job_id
 WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now()
-  AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL;
+  AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
+  AND j.deleted_at IS NULL;
 
 -- name: write_live_tails
 -- The output so far of running children (livetail.py): fenced by the attempt's lease token,
@@ -324,7 +328,7 @@ WITH t AS (
     CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
     CROSS JOIN LATERAL notify_targets(r.job_id, 'job_recovered') c
     JOIN jobs j ON j.id = r.job_id
-    WHERE r.dead_streak >= 1
+    WHERE r.dead_streak >= j.job_failing_after
 )
 SELECT d.id, d.run_after, now() AS db_now FROM done d
 UNION ALL
@@ -369,7 +373,14 @@ WITH t AS (
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), ended AS (
     SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
-           t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event
+           t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event,
+           -- The handler's own doing (exit status, signal, timeout): what auto-pause counts.
+           -- A lost lease, a shutdown or a cancel is ours: neither counted nor a reset.
+           t.outcome IN ('failed', 'timed_out') AS by_handler,
+           CASE WHEN t.outcome = 'timed_out' THEN 'timeout'
+                WHEN t.exit_code IS NOT NULL THEN 'exit ' || t.exit_code
+                WHEN t.signal IS NOT NULL THEN 'signal ' || t.signal
+                ELSE 'did not start' END AS ending
     FROM done d JOIN t ON t.id = d.id
     WHERE d.status IN ('dead', 'failed')
 ), streak_reset AS (
@@ -379,21 +390,38 @@ WITH t AS (
     WHERE s.job_id = ANY (ARRAY(SELECT job_id FROM done WHERE status = 'succeeded'))
     RETURNING s.job_id, s.dead_streak
 ), streak_in AS (
-    SELECT e.job_id, count(*)::int AS n, max(e.id) AS run_id FROM ended e
+    -- Per job: dead runs (job_failing), those by the handler (auto-pause), the last of each.
+    SELECT e.job_id, j.job_failing_after, count(*)::int AS n, max(e.id) AS run_id,
+           count(*) FILTER (WHERE e.by_handler)::int AS p,
+           (array_agg(e.id ORDER BY e.id DESC) FILTER (WHERE e.by_handler))[1] AS p_run,
+           (array_agg(e.ending ORDER BY e.id DESC) FILTER (WHERE e.by_handler))[1] AS p_ending
+    FROM ended e JOIN jobs j ON j.id = e.job_id
     WHERE e.status = 'dead'
       AND NOT EXISTS (SELECT 1 FROM done o WHERE o.job_id = e.job_id AND o.status = 'succeeded')
-      AND EXISTS (SELECT 1 FROM notify_targets(e.job_id, 'job_failing')
-                  UNION ALL SELECT 1 FROM notify_targets(e.job_id, 'job_recovered'))
-    GROUP BY e.job_id
+      AND (j.pause_after_failures IS NOT NULL
+           OR EXISTS (SELECT 1 FROM notify_targets(e.job_id, 'job_failing')
+                      UNION ALL SELECT 1 FROM notify_targets(e.job_id, 'job_recovered')))
+    GROUP BY e.job_id, j.job_failing_after
 ), streak_grow AS (
-    INSERT INTO job_streaks AS s (job_id, dead_streak)
-    SELECT job_id, n FROM streak_in
-    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak
-    RETURNING s.job_id, s.dead_streak
+    INSERT INTO job_streaks AS s (job_id, dead_streak, pause_streak)
+    SELECT job_id, n, p FROM streak_in
+    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak,
+        pause_streak = s.pause_streak + EXCLUDED.pause_streak
+    RETURNING s.job_id, s.dead_streak, s.pause_streak
+), auto_paused AS (
+    -- The circuit breaker, in the completion's own statement: only the job whose streak
+    -- reaches its pause_after_failures is updated (and locked).
+    UPDATE jobs j SET paused = true, updated_at = now(),
+        pause_reason = format('auto-paused after %s consecutive failures (last: run %s, %s)',
+                              g.pause_streak, i.p_run, i.p_ending)
+    FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
+    WHERE j.id = g.job_id AND i.p > 0 AND g.pause_streak >= j.pause_after_failures
+      AND NOT j.paused AND j.deleted_at IS NULL
+    RETURNING j.id AS job_id, j.pause_after_failures, j.pause_reason, g.pause_streak, i.p_run
 ), events AS (
     -- One INSERT for every event of the batch (each data-modifying CTE costs its setup on
-    -- every call): the runs' own, job_failing when a streak reaches N (N = 1: its first
-    -- dead run, so once per streak), job_recovered when a streak that had reached N ends.
+    -- every call): the runs' own, job_failing when a streak reaches the job's N (once per
+    -- streak), job_recovered when a streak that had reached N ends, job_auto_paused.
     INSERT INTO outbox (channel_id, event, job_id, run_id, data)
     SELECT c.channel_id, x.event, x.job_id, x.run_id,
            jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name)) || x.data
@@ -406,13 +434,21 @@ WITH t AS (
           SELECT g.job_id, 'job_failing', i.run_id,
                  jsonb_build_object('streak', g.dead_streak, 'run', jsonb_build_object('id', i.run_id))
           FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
-          WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
+          WHERE g.dead_streak >= i.job_failing_after
+            AND g.dead_streak - i.n < i.job_failing_after
           UNION ALL
           SELECT r.job_id, 'job_recovered', o.run_id,
                  jsonb_build_object('streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
           FROM streak_reset r
+          JOIN jobs jr ON jr.id = r.job_id
           CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
-          WHERE r.dead_streak >= 1) x
+          WHERE r.dead_streak >= jr.job_failing_after
+          UNION ALL
+          SELECT a.job_id, 'job_auto_paused', a.p_run,
+                 jsonb_build_object('streak', a.pause_streak,
+                     'pause_after_failures', a.pause_after_failures, 'reason', a.pause_reason,
+                     'run', jsonb_build_object('id', a.p_run))
+          FROM auto_paused a) x
     CROSS JOIN LATERAL notify_targets(x.job_id, x.event) c
     JOIN jobs j ON j.id = x.job_id
 )
@@ -483,6 +519,8 @@ WITH expired AS (
     LEFT JOIN workers w ON w.id = p.lease_owner
     ON CONFLICT (channel_id, dedupe_key) DO NOTHING
 ), streak_in AS (
+    -- Reaped runs count for job_failing only: a lost lease is not the handler's doing, so
+    -- it neither grows nor resets the auto-pause streak.
     SELECT p.job_id, count(*)::int AS n, max(p.id) AS run_id FROM reaped p
     WHERE p.status = 'dead'
       AND EXISTS (SELECT 1 FROM notify_targets(p.job_id, 'job_failing')
@@ -501,7 +539,7 @@ WITH expired AS (
     FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
     CROSS JOIN LATERAL notify_targets(g.job_id, 'job_failing') c
     JOIN jobs j ON j.id = g.job_id
-    WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
+    WHERE g.dead_streak >= j.job_failing_after AND g.dead_streak - i.n < j.job_failing_after
 )
 -- The job's name and type label the metrics exactly as the executor's results do.
 SELECT p.id, p.job_id, j.name AS job_name, p.type, p.attempts, p.status::text AS status,

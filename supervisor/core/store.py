@@ -304,7 +304,7 @@ _COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
 _RUN_ID = attrgetter("run_id")
 
 # The job columns in the parameter order of insert_job ($1..) and update_job ($2..), then
-# the exit policy's three.
+# the exit policy's three, then NOTIFY_COLUMNS.
 JOB_COLUMNS = (
     "name",
     "type",
@@ -321,10 +321,15 @@ JOB_COLUMNS = (
     "overlap",
     "paused",
 )
+NOTIFY_COLUMNS = ("pause_after_failures", "job_failing_after")
 
 
 def _job_args(spec: JobSpec) -> list[Any]:
-    return [*(getattr(spec, c) for c in JOB_COLUMNS), *spec.exit_policy.columns()]
+    return [
+        *(getattr(spec, c) for c in JOB_COLUMNS),
+        *spec.exit_policy.columns(),
+        *(getattr(spec, c) for c in NOTIFY_COLUMNS),
+    ]
 
 
 def _job(row: Record | None) -> Job | None:

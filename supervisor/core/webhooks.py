@@ -76,6 +76,7 @@ def slack_text(event: str, data: dict[str, Any]) -> str:
         "run_overlap_skipped": "run skipped: the previous one was still running",
         "job_failing": "job is failing ({streak} dead in a row)",
         "job_recovered": "job recovered",
+        "job_auto_paused": "{reason}",
         "worker_lost": "worker {worker_id} stopped renewing its leases",
         "test": "test notification",
     }.get(event, event)

@@ -169,6 +169,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("dead_on bad name", {"dead_on": [65, "segv"]}, "dead_on[1]", "oom_killed"),
     ("retry_on and dead_on", {"retry_on": [3], "dead_on": [3]}, "retry_on[0]", "dead_on"),
     ("dead_on a success", {"success_exit_codes": [0, 1], "dead_on": [1]}, "dead_on[0]", "success"),
+    ("pause after 0", {"pause_after_failures": 0}, "pause_after_failures", "between 1 and 1000"),
+    ("pause after 1001", {"pause_after_failures": 1001}, "pause_after_failures", "1 and 1000"),
+    ("pause after text", {"pause_after_failures": "3"}, "pause_after_failures", "whole number"),
+    ("failing after 0", {"job_failing_after": 0}, "job_failing_after", "between 1 and 1000"),
+    ("failing after null", {"job_failing_after": None}, "job_failing_after", "cannot be null"),
+    ("failing after 1.5", {"job_failing_after": 1.5}, "job_failing_after", "whole number"),
 ]
 
 

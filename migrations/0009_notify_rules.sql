@@ -1,0 +1,30 @@
+-- Per-job notification rules (DESIGN.md, Notifications): auto-pause after N consecutive
+-- failures of the handler's own doing, and the N of job_failing.
+
+ALTER TABLE jobs
+    -- NULL: never auto-paused.
+    ADD COLUMN pause_after_failures integer
+        CONSTRAINT jobs_pause_after_failures_range CHECK (pause_after_failures BETWEEN 1 AND 1000),
+    -- job_failing when the dead streak reaches this (job_recovered only after it did).
+    ADD COLUMN job_failing_after integer NOT NULL DEFAULT 1
+        CONSTRAINT jobs_job_failing_after_range CHECK (job_failing_after BETWEEN 1 AND 1000);
+
+-- The auto-pause streak: consecutive dead runs whose last attempt ended by the handler's own
+-- doing (outcome failed or timed_out). dead_streak (job_failing) counts every dead run. A
+-- success deletes the row (both streaks end); a resume zeroes pause_streak (trigger below).
+ALTER TABLE job_streaks ADD COLUMN pause_streak integer NOT NULL DEFAULT 0;
+
+-- Every path that resumes a job (API, CLI, dashboard, a PATCH of paused) sets `paused`: the
+-- trigger makes each of them start the auto-pause count again.
+CREATE FUNCTION jobs_reset_pause_streak() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE job_streaks SET pause_streak = 0 WHERE job_id = NEW.id AND pause_streak <> 0;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_reset_pause_streak AFTER UPDATE OF paused ON jobs
+    FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
+    EXECUTE FUNCTION jobs_reset_pause_streak();
