@@ -163,6 +163,8 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         "paused": args.paused,
         "pause_after_failures": args.pause_after_failures,
         "job_failing_after": args.job_failing_after,
+        "expect_success_within_seconds": args.expect_success_within,
+        "late_after_seconds": args.late_after,
     }
     body.update({k: v for k, v in simple.items() if v is not None})
     if args.payload is not None:
@@ -321,6 +323,8 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
         "--pause-after-failures", type=int, help="pause after N (1-1000) dead runs in a row"
     )
     p.add_argument("--job-failing-after", type=int, help="job_failing after N dead runs (1)")
+    p.add_argument("--expect-success-within", type=float, help="job_silent after seconds")
+    p.add_argument("--late-after", type=float, help="run_late after seconds (ready_max_lag)")
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:

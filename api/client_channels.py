@@ -14,7 +14,7 @@ from api.client import EXIT_USAGE, ApiClient, ClientError, _client, _json_arg, _
 from api.client_format import _more, table
 
 EVENTS = ["run_failed", "run_dead", "run_missed", "run_overlap_skipped", "job_failing",
-          "job_recovered", "job_auto_paused", "worker_lost"]  # fmt: skip
+          "job_recovered", "job_auto_paused", "job_silent", "worker_lost"]  # fmt: skip
 
 
 def _channel_id(api: ApiClient, ref: str) -> int:

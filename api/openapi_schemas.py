@@ -106,6 +106,25 @@ STREAK_FIELDS: J = {
         "maximum": 1000,
         "description": "job_failing once this many consecutive runs ended dead (default 1)",
     },
+    "expect_success_within_seconds": null(
+        {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 31622400,
+            "description": "job_silent (a dead-man's switch) once the job has had no success"
+            " for this long, counted from its latest success or its last change or resume,"
+            " on the database clock; sent once until the next success. null (default): never",
+        }
+    ),
+    "late_after_seconds": null(
+        {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 604800,
+            "description": "run_late once a due run waited this long (null, default: the"
+            " deployment's ready_max_lag)",
+        }
+    ),
 }
 JOB_FIELDS: J = {
     "name": {"type": "string", "pattern": NAME},

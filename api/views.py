@@ -70,6 +70,8 @@ def job(j: Job) -> dict[str, Any]:
         **spec.exit_policy.view(),
         "pause_after_failures": spec.pause_after_failures,
         "job_failing_after": spec.job_failing_after,
+        "expect_success_within_seconds": spec.expect_success_within_seconds,
+        "late_after_seconds": spec.late_after_seconds,
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }

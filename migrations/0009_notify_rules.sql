@@ -28,3 +28,18 @@ $$;
 CREATE TRIGGER jobs_reset_pause_streak AFTER UPDATE OF paused ON jobs
     FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
     EXECUTE FUNCTION jobs_reset_pause_streak();
+
+-- job_silent (the dead-man's switch) and a job's own run_late threshold.
+ALTER TABLE jobs
+    -- job_silent when the job has had no success for this long (NULL: never told).
+    ADD COLUMN expect_success_within_seconds double precision
+        CONSTRAINT jobs_expect_success_range
+        CHECK (expect_success_within_seconds BETWEEN 1 AND 31622400),
+    -- run_late after a due run waited this long (NULL: the configured ready_max_lag).
+    ADD COLUMN late_after_seconds double precision
+        CONSTRAINT jobs_late_after_range CHECK (late_after_seconds BETWEEN 1 AND 604800);
+-- The periodic checks read only the jobs that set these (raise_silent_jobs, raise_late_runs).
+CREATE INDEX jobs_expect_success ON jobs (id)
+    WHERE expect_success_within_seconds IS NOT NULL AND deleted_at IS NULL;
+CREATE INDEX jobs_late_after ON jobs (late_after_seconds)
+    WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL;

@@ -68,7 +68,7 @@ class WebhookNotifier(Loop):
         self.timeout = timeout
         self.retry_window = retry_window
         self.allowed_hosts = allowed_hosts
-        self.late_after = late_after  # run_late: a due run waited this long (ready_max_lag)
+        self.late_after = late_after  # run_late unless a job says: ready_max_lag
         self.concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -154,11 +154,17 @@ class WebhookNotifier(Loop):
         if time.monotonic() - self._depth_at >= DEPTH_EVERY:
             self._depth_at = time.monotonic()
             await self.check_late()
+            await self.check_silent()
             self.depth = await self.n.outbox_depth()
 
     async def check_late(self) -> int:
         """Raise run_late for due runs that waited longer than `late_after` (once per run)."""
         return await self.n.raise_late_runs(self.late_after, LATE_BATCH)
+
+    async def check_silent(self) -> int:
+        """Raise job_silent for jobs without a success for their expect_success_within_seconds
+        (once until the next success)."""
+        return await self.n.raise_silent_jobs()
 
     async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
         """(status code, error): error None means delivered."""

@@ -135,6 +135,10 @@ class Notifications(Queries):
         """run_late events written (0 when every late run was told already)."""
         return int((await self._execute("raise_late_runs", older_than, limit)).split()[-1])
 
+    async def raise_silent_jobs(self) -> int:
+        """job_silent events written (0 when every silent job was told already)."""
+        return int((await self._execute("raise_silent_jobs")).split()[-1])
+
     async def outbox_depth(self) -> tuple[int, float]:
         row = await self._fetchrow("outbox_depth")
         assert row is not None

@@ -106,6 +106,8 @@ class JobSpec:
     # Pause the job after this many consecutive dead runs of the handler's doing (None: never).
     pause_after_failures: int | None = None
     job_failing_after: int = 1  # job_failing when this many consecutive runs ended dead
+    expect_success_within_seconds: float | None = None  # job_silent after this without success
+    late_after_seconds: float | None = None  # run_late after this wait (None: ready_max_lag)
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -162,6 +164,8 @@ class Job:
             ),
             pause_after_failures=row["pause_after_failures"],
             job_failing_after=row["job_failing_after"],
+            expect_success_within_seconds=row["expect_success_within_seconds"],
+            late_after_seconds=row["late_after_seconds"],
         )
         return cls(
             id=row["id"],

@@ -24,10 +24,11 @@ class Event(StrEnum):
     RUN_DEAD = "run_dead"  # out of attempts, or exit 65
     RUN_MISSED = "run_missed"  # an instant recorded skipped because it was missed
     RUN_OVERLAP_SKIPPED = "run_overlap_skipped"
-    RUN_LATE = "run_late"  # a due run waited longer than ready_max_lag (once per run)
+    RUN_LATE = "run_late"  # a due run waited longer than late_after_seconds (once per run)
     JOB_FAILING = "job_failing"  # a dead streak reached the job's job_failing_after (once)
     JOB_RECOVERED = "job_recovered"  # the first success after job_failing
     JOB_AUTO_PAUSED = "job_auto_paused"  # pause_after_failures reached: the job was paused
+    JOB_SILENT = "job_silent"  # no success for expect_success_within_seconds (once per episode)
     WORKER_LOST = "worker_lost"  # a supervisor stopped renewing; its runs were reaped
     TEST = "test"  # POST /v1/channels/{id}/test; not subscribable
 

@@ -37,11 +37,24 @@ FIELDS = {
     "notify",
     "pause_after_failures",
     "job_failing_after",
+    "expect_success_within_seconds",
+    "late_after_seconds",
     *POLICY_FIELDS,
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them;
-# retry_on: every failure not in dead_on; pause_after_failures: never auto-paused).
-NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on", "pause_after_failures"}
+# retry_on: every failure not in dead_on; pause_after_failures: never auto-paused;
+# expect_success_within_seconds: no job_silent; late_after_seconds: ready_max_lag).
+NULLABLE = {
+    "timeout_seconds",
+    "cron",
+    "run_at",
+    "retry_on",
+    "pause_after_failures",
+    "expect_success_within_seconds",
+    "late_after_seconds",
+}
+# Bounds of the optional seconds (migration 0009's checks): a year and a day; a week.
+OPTIONAL_SECONDS = {"expect_success_within_seconds": 366 * 86400, "late_after_seconds": WEEK}
 MAX_STREAK = 1000  # pause_after_failures and job_failing_after (migration 0009's checks)
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
@@ -73,9 +86,16 @@ def _number(
         errors.append(InvalidSpec(field, f"must be {kind}, got {value}"))
         return None
     if not lo <= value <= hi:
-        errors.append(InvalidSpec(field, f"must be between {lo:g} and {hi:g}, got {value}"))
+        errors.append(
+            InvalidSpec(field, f"must be between {_plain(lo)} and {_plain(hi)}, got {value}")
+        )
         return None
     return int(value) if integer else float(value)
+
+
+def _plain(x: float) -> str:
+    """A bound as people write it: 31622400, not 3.16224e+07."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _choice(errors: list[InvalidSpec], field: str, value: Any, choices: list[str]) -> Any:
@@ -166,6 +186,9 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["job_failing_after"] = _number(
             errors, "job_failing_after", body["job_failing_after"], 1, MAX_STREAK, True
         )
+    for key, most in OPTIONAL_SECONDS.items():
+        if key in body:
+            out[key] = None if body[key] is None else _number(errors, key, body[key], 1, most)
     if body.keys() & set(POLICY_FIELDS):
         out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
     _validate_schedule(errors, body, out, base)

@@ -112,21 +112,53 @@ WITH moved AS (
 SELECT count(*) FROM moved;
 
 -- name: raise_late_runs
--- run_late: due runs that waited longer than $1 seconds (the oldest $2), for the channels
--- that subscribe. Time-based, so any notifier may raise it; the unique dedupe_key (one per
--- run) makes it once per run whoever does. Only the oldest $2 late runs are looked at.
+-- run_late: due runs that waited longer than their job's late_after_seconds (NULL: $1, the
+-- configured ready_max_lag), for the channels that subscribe. Time-based, so any notifier
+-- may raise it; the unique dedupe_key (one per run) makes it once per run whoever does.
+-- Only the oldest $2 runs past the smallest threshold in use are looked at (runs_claimable;
+-- the smallest is one probe of jobs_late_after).
 INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
 SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
        jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
            'run', jsonb_build_object('id', r.id, 'scheduled_at', r.scheduled_at,
                'status', r.status, 'attempt', r.attempts,
-               'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3)))
+               'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3),
+               'late_after_seconds', coalesce(j.late_after_seconds, $1::float8)))
 FROM (SELECT id, job_id, scheduled_at, status, attempts, run_after FROM runs
       WHERE status IN ('scheduled', 'failed')
-        AND run_after < now() - make_interval(secs => $1::float8)
+        AND run_after < now() - make_interval(secs => least($1::float8,
+            (SELECT min(late_after_seconds) FROM jobs
+             WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL)))
       ORDER BY run_after LIMIT $2::int) r
 JOIN jobs j ON j.id = r.job_id AND NOT j.paused AND j.deleted_at IS NULL
+    AND r.run_after < now() - make_interval(secs => coalesce(j.late_after_seconds, $1::float8))
 CROSS JOIN LATERAL notify_targets(r.job_id, 'run_late') c
+ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
+
+-- name: raise_silent_jobs
+-- job_silent, the dead-man's switch: a live job that set expect_success_within_seconds and
+-- has had no success for that long (counted from its latest success, or from its last
+-- change or resume when later), on the database clock. Once per episode: the dedupe_key
+-- names the job and its latest success, so the next success starts a new episode. The
+-- latest success is the newest started-by-now succeeded run on runs_job_history.
+INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
+SELECT c.channel_id, 'job_silent', j.id, s.id,
+       'job_silent:' || j.id || ':' || coalesce(s.id::text, 'never'),
+       jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+           'expect_success_within_seconds', j.expect_success_within_seconds,
+           'last_success', CASE WHEN s.id IS NOT NULL THEN
+               jsonb_build_object('run_id', s.id, 'finished_at', s.finished_at) END,
+           'silent_seconds',
+               round(EXTRACT(EPOCH FROM (now() - greatest(s.finished_at, j.updated_at)))::numeric, 3))
+FROM jobs j
+LEFT JOIN LATERAL (
+    SELECT r.id, r.finished_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status = 'succeeded'
+    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) s ON true
+CROSS JOIN LATERAL notify_targets(j.id, 'job_silent') c
+WHERE j.expect_success_within_seconds IS NOT NULL AND j.deleted_at IS NULL AND NOT j.paused
+  AND greatest(s.finished_at, j.updated_at)
+      < now() - make_interval(secs => j.expect_success_within_seconds)
 ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
 
 -- name: outbox_depth

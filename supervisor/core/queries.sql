@@ -13,11 +13,12 @@ SELECT pg_notify('punchclock_wake', '');
 INSERT INTO jobs (name, type, payload, cron, run_at, timezone, max_attempts, timeout_seconds,
                   retry_base_seconds, retry_cap_seconds, catchup, catchup_window_seconds,
                   overlap, paused, success_exit_codes, dead_on, retry_on,
-                  pause_after_failures, job_failing_after)
+                  pause_after_failures, job_failing_after, expect_success_within_seconds,
+                  late_after_seconds)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::timestamptz, $6::text, $7::int,
         $8::float8, $9::float8, $10::float8, $11::catchup_policy, $12::float8,
         $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[], $18::int,
-        $19::int)
+        $19::int, $20::float8, $21::float8)
 RETURNING *;
 
 -- name: get_job
@@ -47,7 +48,9 @@ UPDATE jobs SET
     retry_cap_seconds = $11::float8, catchup = $12::catchup_policy,
     catchup_window_seconds = $13::float8, overlap = $14::overlap_policy, paused = $15::bool,
     success_exit_codes = $16::int[], dead_on = $17::text[], retry_on = $18::text[],
-    pause_after_failures = $19::int, job_failing_after = $20::int, updated_at = now()
+    pause_after_failures = $19::int, job_failing_after = $20::int,
+    expect_success_within_seconds = $21::float8, late_after_seconds = $22::float8,
+    updated_at = now()
 WHERE id = $1::bigint AND deleted_at IS NULL
 RETURNING *;
 

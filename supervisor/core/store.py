@@ -321,7 +321,12 @@ JOB_COLUMNS = (
     "overlap",
     "paused",
 )
-NOTIFY_COLUMNS = ("pause_after_failures", "job_failing_after")
+NOTIFY_COLUMNS = (
+    "pause_after_failures",
+    "job_failing_after",
+    "expect_success_within_seconds",
+    "late_after_seconds",
+)
 
 
 def _job_args(spec: JobSpec) -> list[Any]:

@@ -77,6 +77,8 @@ def slack_text(event: str, data: dict[str, Any]) -> str:
         "job_failing": "job is failing ({streak} dead in a row)",
         "job_recovered": "job recovered",
         "job_auto_paused": "{reason}",
+        "job_silent": "job is silent: no success for {silent_seconds} s",
+        "run_late": "run is late by {late_seconds} s",
         "worker_lost": "worker {worker_id} stopped renewing its leases",
         "test": "test notification",
     }.get(event, event)

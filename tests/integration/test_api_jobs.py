@@ -175,6 +175,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("failing after 0", {"job_failing_after": 0}, "job_failing_after", "between 1 and 1000"),
     ("failing after null", {"job_failing_after": None}, "job_failing_after", "cannot be null"),
     ("failing after 1.5", {"job_failing_after": 1.5}, "job_failing_after", "whole number"),
+    (
+        "silent after 0",
+        {"expect_success_within_seconds": 0},
+        "expect_success_within_seconds",
+        "between 1 and 31622400",
+    ),
+    ("late after a year", {"late_after_seconds": 1e9}, "late_after_seconds", "1 and 604800"),
 ]
 
 
