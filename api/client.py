@@ -165,6 +165,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         "job_failing_after": args.job_failing_after,
         "expect_success_within_seconds": args.expect_success_within,
         "late_after_seconds": args.late_after,
+        "ping_url": args.ping_url,
     }
     body.update({k: v for k, v in simple.items() if v is not None})
     if args.payload is not None:
@@ -325,6 +326,7 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--job-failing-after", type=int, help="job_failing after N dead runs (1)")
     p.add_argument("--expect-success-within", type=float, help="job_silent after seconds")
     p.add_argument("--late-after", type=float, help="run_late after seconds (ready_max_lag)")
+    p.add_argument("--ping-url", help="GET URL/start, URL, URL/fail as runs start and end")
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:

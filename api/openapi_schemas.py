@@ -160,6 +160,17 @@ JOB_FIELDS: J = {
     "paused": BOOL,
     **POLICY_FIELDS,
     **STREAK_FIELDS,
+    "ping_url": null(
+        {
+            "type": "string",
+            "format": "uri",
+            "maxLength": 2000,
+            "description": "outbound pings (healthchecks.io, Cronitor): GET {ping_url}/start when"
+            " a run starts, {ping_url} on success, {ping_url}/fail when it ends dead; http or"
+            " https without a query, its host in notify_allowed_hosts when that is set;"
+            " write-only (the view shows ping_destination)",
+        }
+    ),
     "notify": {
         "type": "array",
         "maxItems": 20,
@@ -190,6 +201,9 @@ JOB = obj(
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
         **POLICY_FIELDS,
         **STREAK_FIELDS,
+        "ping_destination": null(
+            {**STR, "description": "scheme, host and port of the job's ping_url (write-only)"}
+        ),
         "created_at": TIME,
         "updated_at": TIME,
     }

@@ -38,8 +38,17 @@ ALTER TABLE jobs
     -- run_late after a due run waited this long (NULL: the configured ready_max_lag).
     ADD COLUMN late_after_seconds double precision
         CONSTRAINT jobs_late_after_range CHECK (late_after_seconds BETWEEN 1 AND 604800);
--- The periodic checks read only the jobs that set these (raise_silent_jobs, raise_late_runs).
-CREATE INDEX jobs_expect_success ON jobs (id)
-    WHERE expect_success_within_seconds IS NOT NULL AND deleted_at IS NULL;
-CREATE INDEX jobs_late_after ON jobs (late_after_seconds)
-    WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL;
+-- No index for them: the periodic checks (every 15 s) scan jobs, while every index on jobs
+-- is one more lock and plan input for claim_runs and complete_runs, which join it.
+
+-- Outbound pings (healthchecks.io / Cronitor convention): GET {ping_url}/start on start,
+-- {ping_url} on success, {ping_url}/fail on a final failure; and the deployment's heartbeat.
+-- Their outbox rows have a URL instead of a channel (write-only like a channel's secret:
+-- such URLs hold a token).
+ALTER TABLE jobs ADD COLUMN ping_url text
+    CONSTRAINT jobs_ping_url_form CHECK (ping_url ~ '^https?://' AND char_length(ping_url) <= 2000);
+ALTER TABLE outbox ALTER COLUMN channel_id DROP NOT NULL;
+ALTER TABLE outbox ADD COLUMN url text,
+    ADD CONSTRAINT outbox_one_destination CHECK ((channel_id IS NULL) <> (url IS NULL));
+-- One heartbeat per minute cluster-wide, whichever planner writes it.
+CREATE UNIQUE INDEX outbox_ping_once ON outbox (dedupe_key) WHERE channel_id IS NULL;

@@ -173,6 +173,7 @@ class Supervisor:
             store,
             PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
             on_planned=planned,
+            heartbeat_url=cfg.heartbeat_ping_url,
         )
         reaper = Reaper(
             store,

@@ -34,6 +34,9 @@ LEASE_SLACK = 5.0  # a claim lasts the request timeout plus this
 DEPTH_EVERY = 15.0  # seconds between outbox depth reads (a gauge)
 ERROR_MAX = 500
 LATE_BATCH = 1000  # the oldest late runs looked at per check
+# Pings (a job's ping_url, the heartbeat) are retried this long at most: a ping that arrives
+# much later would tell an outside monitor of a life that has since ended.
+PING_RETRY_WINDOW = 600.0
 
 
 @dataclass(frozen=True)
@@ -168,13 +171,15 @@ class WebhookNotifier(Loop):
 
     async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
         """(status code, error): error None means delivered."""
-        msg_id = webhooks.message_id(d.id)
-        body = webhooks.body(d.format, msg_id, d.event, d.created_at, d.data)
-        headers = {**d.headers, **webhooks.headers(d.secret, msg_id, int(time.time()), body)}
+        if d.format == "ping":  # a GET of the ping's own URL: no body, nothing to sign
+            request = self.session.get(d.url, allow_redirects=False)
+        else:
+            msg_id = webhooks.message_id(d.id)
+            body = webhooks.body(d.format, msg_id, d.event, d.created_at, d.data)
+            headers = {**d.headers, **webhooks.headers(d.secret, msg_id, int(time.time()), body)}
+            request = self.session.post(d.url, data=body, headers=headers, allow_redirects=False)
         try:
-            async with self.session.post(
-                d.url, data=body, headers=headers, allow_redirects=False
-            ) as resp:
+            async with request as resp:
                 await resp.read()
                 if 200 <= resp.status < 300:
                     return resp.status, None
@@ -198,7 +203,10 @@ class WebhookNotifier(Loop):
             outcome, retry_in = "delivered", 0.0
         else:
             retry_in = retry_delay(d.attempts)
-            late = d.age_seconds + duration + retry_in > self.retry_window
+            window = self.retry_window
+            if d.format == "ping":
+                window = min(window, PING_RETRY_WINDOW)
+            late = d.age_seconds + duration + retry_in > window
             outcome = "failed" if late or not allowed else "pending"
         try:
             kept = await self.n.record_delivery(

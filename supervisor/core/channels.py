@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from supervisor.core.db import Record
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
-from supervisor.core.events import ChannelSpec, NotifyRule
+from supervisor.core.events import ChannelSpec, NotifyRule, destination
 from supervisor.core.sql import Queries
 from supervisor.core.store import Store
 
@@ -40,17 +39,16 @@ class Channel:
     @property
     def destination(self) -> str:
         """Scheme, host and port only: a URL's path and query may hold a token (Slack's do)."""
-        parts = urlsplit(self.spec.url)
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
+        return destination(self.spec.url)
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A claimed outbox row with what sending it needs (the channel's secret included)."""
+    """A claimed outbox row with what sending it needs (the channel's secret included). A
+    ping (format `ping`) has no channel: a GET of its own URL, unsigned."""
 
     id: int
-    channel_id: int
+    channel_id: int | None
     channel_name: str
     event: str
     data: dict[str, Any]

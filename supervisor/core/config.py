@@ -65,6 +65,9 @@ class Config:
         86400.0, "seconds a notification delivery is retried before it is marked failed"
     )
     notify_timeout: float = _setting(10.0, "seconds one notification request may take")
+    heartbeat_ping_url: str = _setting(
+        "", "URL the planners GET once a minute while any plans (an outside dead-man's switch)"
+    )
 
     @property
     def effective_concurrency(self) -> int:
@@ -135,6 +138,12 @@ def _validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value and not _valid_listen(value):
             problems.append(f"{name}: expected [HOST:]PORT, got {value!r}")
+    if cfg.heartbeat_ping_url:
+        from supervisor.core.events import check_url
+
+        bad: list[Any] = []
+        check_url(bad, cfg.heartbeat_ping_url, cfg.notify_allowed_hosts, "heartbeat_ping_url")
+        problems += [str(e) for e in bad]
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
 

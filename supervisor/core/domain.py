@@ -108,6 +108,7 @@ class JobSpec:
     job_failing_after: int = 1  # job_failing when this many consecutive runs ended dead
     expect_success_within_seconds: float | None = None  # job_silent after this without success
     late_after_seconds: float | None = None  # run_late after this wait (None: ready_max_lag)
+    ping_url: str | None = None  # GET {ping_url}/start, {ping_url}, {ping_url}/fail
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -166,6 +167,7 @@ class Job:
             job_failing_after=row["job_failing_after"],
             expect_success_within_seconds=row["expect_success_within_seconds"],
             late_after_seconds=row["late_after_seconds"],
+            ping_url=row["ping_url"],
         )
         return cls(
             id=row["id"],

@@ -131,26 +131,49 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-def check_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...]) -> str | None:
+def check_url(
+    errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...], field: str = "url"
+) -> str | None:
+    """An http(s) URL whose host the allow-list admits (a channel's, a ping's)."""
     if not isinstance(value, str) or len(value) > 2000:
-        errors.append(InvalidSpec("url", "must be an http or https URL of at most 2000 characters"))
+        errors.append(InvalidSpec(field, "must be an http or https URL of at most 2000 characters"))
         return None
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        errors.append(InvalidSpec("url", "is not a valid URL"))
+        errors.append(InvalidSpec(field, "is not a valid URL"))
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        errors.append(InvalidSpec("url", "must be an http or https URL with a host"))
+        errors.append(InvalidSpec(field, "must be an http or https URL with a host"))
         return None
     if any(c.isspace() or ord(c) < 32 for c in value):
-        errors.append(InvalidSpec("url", "must not contain spaces or control characters"))
+        errors.append(InvalidSpec(field, "must not contain spaces or control characters"))
         return None
     if not host_allowed(parts.hostname, allowed):
-        errors.append(InvalidSpec("url", f"host {parts.hostname!r} is not in notify_allowed_hosts"))
+        errors.append(InvalidSpec(field, f"host {parts.hostname!r} is not in notify_allowed_hosts"))
         return None
     return value
+
+
+def check_ping_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...]) -> str | None:
+    """A job's ping_url: /start and /fail are appended to its path, so no query or fragment."""
+    url = check_url(errors, value, allowed, "ping_url")
+    if url is not None and (urlsplit(url).query or urlsplit(url).fragment or "#" in url):
+        errors.append(
+            InvalidSpec(
+                "ping_url", "must not have a query or fragment (/start and /fail are appended)"
+            )
+        )
+        return None
+    return url
+
+
+def destination(url: str) -> str:
+    """Scheme, host and port only: a URL's path and query may hold a token (Slack's do)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 def check_secret(errors: list[InvalidSpec], value: Any) -> str | None:

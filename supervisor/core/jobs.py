@@ -52,13 +52,15 @@ async def create_job(store: Store, spec: JobSpec, limits: PlanLimits) -> Job:
     return job
 
 
-async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -> Job:
+async def update_job(
+    store: Store, job_id: int, body: Any, limits: PlanLimits, allowed_hosts: tuple[str, ...] = ()
+) -> Job:
     try:
         async with store.transaction() as tx:
             current = await tx.lock_job(job_id)
             if current is None:
                 raise NotFound(f"job {job_id} not found")
-            wanted = validate_job(body, current.spec)
+            wanted = validate_job(body, current.spec, allowed_hosts)
             job = await tx.update_job(job_id, wanted)
             assert job is not None
             spec = job.spec

@@ -14,7 +14,7 @@ from typing import Any
 from supervisor.core import schedule
 from supervisor.core.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
-from supervisor.core.events import parse_notify
+from supervisor.core.events import check_ping_url, parse_notify
 from supervisor.core.exitpolicy import FIELDS as POLICY_FIELDS
 from supervisor.core.exitpolicy import parse_policy
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
@@ -39,6 +39,7 @@ FIELDS = {
     "job_failing_after",
     "expect_success_within_seconds",
     "late_after_seconds",
+    "ping_url",
     *POLICY_FIELDS,
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them;
@@ -52,6 +53,7 @@ NULLABLE = {
     "pause_after_failures",
     "expect_success_within_seconds",
     "late_after_seconds",
+    "ping_url",
 }
 # Bounds of the optional seconds (migration 0009's checks): a year and a day; a week.
 OPTIONAL_SECONDS = {"expect_success_within_seconds": 366 * 86400, "late_after_seconds": WEEK}
@@ -118,8 +120,11 @@ def _spec_fields(spec: JobSpec | None) -> dict[str, Any]:
     return out
 
 
-def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
+def validate_job(
+    body: Any, base: JobSpec | None = None, allowed_hosts: tuple[str, ...] = ()
+) -> JobSpec:
     """Request body -> a JobSpec. With `base` (an existing job's) it is a PATCH.
+    `allowed_hosts`: notify_allowed_hosts, for ping_url (empty: any host).
 
     Raises InvalidSpecs listing every invalid field at once.
     """
@@ -186,6 +191,9 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["job_failing_after"] = _number(
             errors, "job_failing_after", body["job_failing_after"], 1, MAX_STREAK, True
         )
+    if "ping_url" in body:
+        url = body["ping_url"]
+        out["ping_url"] = None if url is None else check_ping_url(errors, url, allowed_hosts)
     for key, most in OPTIONAL_SECONDS.items():
         if key in body:
             out[key] = None if body[key] is None else _number(errors, key, body[key], 1, most)

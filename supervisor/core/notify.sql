@@ -80,10 +80,13 @@ WITH picked AS (
     FROM picked p WHERE o.id = p.id
     RETURNING o.*
 )
+-- A ping (no channel: outbound pings, the heartbeat) is a GET of its own URL, unsigned.
 SELECT d.id, d.channel_id, d.event, d.data, d.created_at, d.attempts,
        EXTRACT(EPOCH FROM (now() - d.created_at))::float8 AS age_seconds,
-       c.name AS channel_name, c.url, c.format, c.secret, c.headers
-FROM claimed d JOIN channels c ON c.id = d.channel_id
+       coalesce(c.name, 'ping') AS channel_name, coalesce(d.url, c.url) AS url,
+       coalesce(c.format, 'ping') AS format, c.secret, coalesce(c.headers, '{}') AS headers
+FROM claimed d LEFT JOIN channels c ON c.id = d.channel_id
+WHERE d.channel_id IS NULL OR c.id IS NOT NULL
 ORDER BY d.id;
 
 -- name: record_delivery
@@ -116,7 +119,7 @@ SELECT count(*) FROM moved;
 -- configured ready_max_lag), for the channels that subscribe. Time-based, so any notifier
 -- may raise it; the unique dedupe_key (one per run) makes it once per run whoever does.
 -- Only the oldest $2 runs past the smallest threshold in use are looked at (runs_claimable;
--- the smallest is one probe of jobs_late_after).
+-- the smallest is a scan of jobs, which is small).
 INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
 SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
        jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),

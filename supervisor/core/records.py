@@ -34,6 +34,7 @@ class Claim:
     retry_base_seconds: float
     retry_cap_seconds: float
     exit_policy: ExitPolicy
+    ping_url: str | None = None  # the job's: its completion writes the success/fail ping
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -55,6 +56,7 @@ class Claim:
             r["retry_base_seconds"],
             r["retry_cap_seconds"],
             ExitPolicy.from_columns(r["success_exit_codes"], r["dead_on"], r["retry_on"]),
+            r["ping_url"],
         )
 
 

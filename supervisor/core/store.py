@@ -184,6 +184,10 @@ class Store(History):
     async def reap_expired(self, limit: int) -> list[Reaped]:
         return [Reaped.from_row(r) for r in await self._fetch("reap_expired", limit)]
 
+    async def heartbeat_ping(self, url: str) -> bool:
+        """The minute's heartbeat ping; False when a planner wrote it already."""
+        return _rowcount(await self._execute("heartbeat_ping", url)) == 1
+
     # ------------------------------------------------------------ retention
 
     async def prune_runs(self, keep_succeeded: float, keep_failed: float, limit: int) -> int:
@@ -293,6 +297,7 @@ class Completion:
     peak_rss_bytes: int | None = None
     stdout_replaced: bool = False
     stderr_replaced: bool = False
+    ping_url: str | None = None  # the job's, from the claim: its success or fail ping
 
     def without_output(self, why: str) -> Completion:
         """The same result with its tails dropped and `why` added to the error."""
@@ -326,6 +331,7 @@ NOTIFY_COLUMNS = (
     "job_failing_after",
     "expect_success_within_seconds",
     "late_after_seconds",
+    "ping_url",
 )
 
 

@@ -112,8 +112,10 @@ class Cluster:
         dsn: str | None = None,
         metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> Supervisor:
-        """Start a supervisor offering `types` (type -> handler; a bare name is both)."""
+        """Start a supervisor offering `types` (type -> handler; a bare name is both); `env`:
+        settings as environment variables (PUNCHCLOCK_*), since ours never leak into it."""
         mapping = dict(types) if isinstance(types, dict) else {t: t for t in types}
         toml = write_handlers_toml(self.tmp_path / f"handlers-{worker_id}.toml", mapping)
         log_path = self.tmp_path / f"{worker_id}.log"
@@ -142,7 +144,7 @@ class Cluster:
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         argv += extra_args
-        return self._spawn(worker_id, argv, log_path)
+        return self._spawn(worker_id, argv, log_path, env)
 
     def start_api(self, port: int, *, dsn: str | None = None) -> Supervisor:
         """Start the API process on 127.0.0.1:`port` (no tokens: loopback only); its log and
@@ -151,8 +153,10 @@ class Cluster:
         argv += ["--listen", f"127.0.0.1:{port}"]
         return self._spawn("api", argv, self.tmp_path / "api.log")
 
-    def _spawn(self, worker_id: str, argv: list[str], log_path: Path) -> Supervisor:
-        sup = Supervisor.spawn(worker_id, argv, log_path, cwd=ROOT)
+    def _spawn(
+        self, worker_id: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> Supervisor:
+        sup = Supervisor.spawn(worker_id, argv, log_path, cwd=ROOT, env=env)
         _managed.add(sup.pid)
         self.supervisors.append(sup)
         return sup

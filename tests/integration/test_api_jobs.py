@@ -182,6 +182,9 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "between 1 and 31622400",
     ),
     ("late after a year", {"late_after_seconds": 1e9}, "late_after_seconds", "1 and 604800"),
+    ("ping_url ftp", {"ping_url": "ftp://hc.example/x"}, "ping_url", "http or https"),
+    ("ping_url query", {"ping_url": "https://hc.example/x?a=1"}, "ping_url", "query"),
+    ("ping_url number", {"ping_url": 5}, "ping_url", "http or https"),
 ]
 
 

@@ -123,6 +123,7 @@ def _row(**kw: Any) -> dict[str, Any]:
         "job_failing_after": 2,
         "expect_success_within_seconds": 7200.0,
         "late_after_seconds": None,
+        "ping_url": None,
         "planned_until": None,
         "plan_after": NOW,
         "created_at": NOW - timedelta(hours=1),
