@@ -52,3 +52,7 @@ ALTER TABLE outbox ADD COLUMN url text,
     ADD CONSTRAINT outbox_one_destination CHECK ((channel_id IS NULL) <> (url IS NULL));
 -- One heartbeat per minute cluster-wide, whichever planner writes it.
 CREATE UNIQUE INDEX outbox_ping_once ON outbox (dedupe_key) WHERE channel_id IS NULL;
+
+-- A channel that opts in gets the run's payload in its events (added when the delivery is
+-- sent, from the run: its own payload, else its job's). Default: never.
+ALTER TABLE channels ADD COLUMN include_payload boolean NOT NULL DEFAULT false;

@@ -33,6 +33,7 @@ class Channel:
             secret=row["secret"],
             headers=row["headers"] or None,
             all_jobs=tuple(row["all_jobs"]),
+            include_payload=row["include_payload"],
         )
         return cls(row["id"], spec, row["created_at"], row["updated_at"])
 
@@ -66,7 +67,15 @@ class Delivery:
 
 
 def _spec_args(spec: ChannelSpec) -> list[Any]:
-    return [spec.name, spec.url, spec.format, spec.secret, spec.headers or {}, list(spec.all_jobs)]
+    return [
+        spec.name,
+        spec.url,
+        spec.format,
+        spec.secret,
+        spec.headers or {},
+        list(spec.all_jobs),
+        spec.include_payload,
+    ]
 
 
 class Notifications(Queries):

@@ -114,9 +114,10 @@ class ChannelSpec:
     secret: str | None = None
     headers: dict[str, str] | None = None
     all_jobs: tuple[str, ...] = ()
+    include_payload: bool = False  # events carry the run's payload (opt-in)
 
 
-CHANNEL_FIELDS = {"name", "url", "format", "secret", "headers", "all_jobs"}
+CHANNEL_FIELDS = {"name", "url", "format", "secret", "headers", "all_jobs", "include_payload"}
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
@@ -222,6 +223,7 @@ def validate_channel(
     out: dict[str, Any] = {} if base is None else {
         "name": base.name, "url": base.url, "format": base.format, "secret": base.secret,
         "headers": base.headers, "all_jobs": base.all_jobs,
+        "include_payload": base.include_payload,
     }  # fmt: skip
     if base is None:
         errors += [InvalidSpec(k, "is required") for k in ("name", "url") if k not in body]
@@ -245,6 +247,10 @@ def validate_channel(
         out["headers"] = _headers(errors, body["headers"])
     if "all_jobs" in body:
         out["all_jobs"] = _events(errors, "all_jobs", body["all_jobs"], True)
+    if "include_payload" in body:
+        if not isinstance(body["include_payload"], bool):
+            errors.append(InvalidSpec("include_payload", "must be true or false"))
+        out["include_payload"] = body["include_payload"]
     if not errors and out.get("format", "punchclock") == "punchclock" and not out.get("secret"):
         errors.append(InvalidSpec("secret", "is required for the punchclock format (it signs)"))
     if errors:

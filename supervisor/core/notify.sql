@@ -5,13 +5,13 @@
 -- ---------------------------------------------------------------- channels
 
 -- name: insert_channel
-INSERT INTO channels (name, url, format, secret, headers, all_jobs)
-VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[])
+INSERT INTO channels (name, url, format, secret, headers, all_jobs, include_payload)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[], $7::bool)
 RETURNING *;
 
 -- name: update_channel
 UPDATE channels SET name = $2::text, url = $3::text, format = $4::text, secret = $5::text,
-    headers = $6::jsonb, all_jobs = $7::text[], updated_at = now()
+    headers = $6::jsonb, all_jobs = $7::text[], include_payload = $8::bool, updated_at = now()
 WHERE id = $1::bigint
 RETURNING *;
 
@@ -80,8 +80,15 @@ WITH picked AS (
     FROM picked p WHERE o.id = p.id
     RETURNING o.*
 )
--- A ping (no channel: outbound pings, the heartbeat) is a GET of its own URL, unsigned.
-SELECT d.id, d.channel_id, d.event, d.data, d.created_at, d.attempts,
+-- A ping (no channel: outbound pings, the heartbeat) is a GET of its own URL, unsigned. A
+-- channel with include_payload gets the run's payload (its own, else its job's) in `data`.
+SELECT d.id, d.channel_id, d.event,
+       CASE WHEN c.include_payload AND d.run_id IS NOT NULL
+            THEN d.data || jsonb_build_object('payload',
+                (SELECT coalesce(r.payload, j.payload) FROM runs r JOIN jobs j ON j.id = r.job_id
+                 WHERE r.id = d.run_id))
+            ELSE d.data END AS data,
+       d.created_at, d.attempts,
        EXTRACT(EPOCH FROM (now() - d.created_at))::float8 AS age_seconds,
        coalesce(c.name, 'ping') AS channel_name, coalesce(d.url, c.url) AS url,
        coalesce(c.format, 'ping') AS format, c.secret, coalesce(c.headers, '{}') AS headers

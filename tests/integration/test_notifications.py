@@ -275,3 +275,24 @@ async def test_run_late_is_raised_once_per_late_run(store: Store) -> None:
     [row] = await sql_rows(store, "SELECT event, run_id, data FROM outbox")
     assert (row["event"], row["run_id"]) == ("run_late", late)
     assert row["data"]["run"]["late_seconds"] >= 120
+
+
+async def test_only_a_channel_that_opts_in_receives_the_run_payload(store: Store) -> None:
+    plain, opted = Receiver(), Receiver()
+    for r in (plain, opted):
+        await r.start()
+    try:
+        await _channel(store, plain.url, "plain")
+        await _channel(store, opted.url, "opted", include_payload=True)
+        rules = (NotifyRule("plain", ("run_dead",)), NotifyRule("opted", ("run_dead",)))
+        run_id = await due_run(store, "a", payload={"token": "s3cret"}, notify=rules)
+        await _finish(store, {run_id: RunStatus.DEAD})
+        await _deliver(_notifier(store))
+        [p], [o] = plain.received, opted.received
+        assert "payload" not in p.json["data"] and b"s3cret" not in p.body
+        assert o.json["data"]["payload"] == {"token": "s3cret"} and o.verified
+        rows = await sql_rows(store, "SELECT data FROM outbox")
+        assert all("payload" not in r["data"] for r in rows), "never stored in the outbox"
+    finally:
+        for r in (plain, opted):
+            await r.stop()
