@@ -16,6 +16,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -81,6 +82,7 @@ class WebhookNotifier(Loop):
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.events: Counter[str] = Counter()
         self.depth = (0, 0.0)
+        self._latency: Any = None  # Metrics.delivery_latency once instrumented
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -92,7 +94,9 @@ class WebhookNotifier(Loop):
         return self._session
 
     def instrument(self, m: Metrics) -> None:
-        """Notification metrics, read at scrape time from what this service counts."""
+        """Notification metrics, read at scrape time from what this service counts, and the
+        delivery latency histogram, recorded per delivery."""
+        self._latency = m.delivery_latency
         m.counter(
             "punchclock_notify_events",
             "Notification events by kind (counted at their first delivery attempt here)",
@@ -224,6 +228,8 @@ class WebhookNotifier(Loop):
             outcome = "lease_lost"
         shown = "retry" if outcome == "pending" else outcome
         self.outcomes[(d.channel_name, shown)] += 1
+        if outcome == "delivered" and self._latency is not None:
+            self._latency.record(d.age_seconds + duration, {"channel": d.channel_name})
         log_event(
             self.log,
             "delivery_attempt",

@@ -146,6 +146,10 @@ class Notifications(Queries):
         """job_silent events written (0 when every silent job was told already)."""
         return int((await self._execute("raise_silent_jobs")).split()[-1])
 
+    async def failing_channels(self, seconds: float) -> list[Record]:
+        """Channels whose deliveries have all failed for `seconds` (at most 20)."""
+        return await self._fetch("failing_channels", seconds)
+
     async def outbox_depth(self) -> tuple[int, float]:
         row = await self._fetchrow("outbox_depth")
         assert row is not None

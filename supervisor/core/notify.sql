@@ -193,3 +193,17 @@ LIMIT $6::int;
 
 -- name: list_delivery_attempts
 SELECT * FROM delivery_attempts WHERE outbox_id = ANY ($1::bigint[]) ORDER BY outbox_id, attempt;
+
+-- name: failing_channels
+-- For /readyz (a warning, not unreadiness): channels with an event undelivered after its
+-- tries for more than $1 seconds and no delivery in that time. Starts from pending rows
+-- (outbox_due), then looks at a candidate channel's recent deliveries only.
+SELECT c.id, c.name, min(o.created_at) AS since, count(*)::int AS pending
+FROM outbox o JOIN channels c ON c.id = o.channel_id
+WHERE o.status = 'pending' AND o.attempts > 0
+  AND o.created_at < now() - make_interval(secs => $1::float8)
+  AND NOT EXISTS (SELECT 1 FROM outbox s WHERE s.channel_id = c.id AND s.status = 'delivered'
+                  AND s.finished_at > now() - make_interval(secs => $1::float8))
+GROUP BY c.id, c.name
+ORDER BY c.name
+LIMIT 20;
