@@ -200,6 +200,7 @@ class Supervisor:
             store,
             keep_succeeded_days=cfg.retention_succeeded_days,
             keep_failed_days=cfg.retention_failed_days,
+            keep_deliveries_days=cfg.retention_deliveries_days,
         )
         notifier = WebhookNotifier(
             notifications(store),

@@ -57,6 +57,9 @@ class Config:
     ready_max_lag: float = _setting(60.0, "/readyz fails when a due run waited longer (seconds)")
     retention_succeeded_days: float = _setting(30.0, "keep succeeded and skipped runs this long")
     retention_failed_days: float = _setting(90.0, "keep dead and cancelled runs this long")
+    retention_deliveries_days: float = _setting(
+        30.0, "keep delivered and failed notification deliveries this long (by event time)"
+    )
     log_level: str = _setting("info", "debug, info, warning or error")
     notify_allowed_hosts: tuple[str, ...] = _setting(
         (), "hosts notification channels may send to (.example.com: and subdomains; empty: any)"

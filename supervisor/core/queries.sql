@@ -606,6 +606,21 @@ WITH doomed AS (
 )
 DELETE FROM runs r USING doomed WHERE r.id = doomed.id;
 
+-- name: prune_deliveries
+-- Delivered and failed deliveries (and, by cascade, their attempts) whose event is older
+-- than $1 seconds, oldest first in small batches: a walk of outbox_history from the oldest
+-- id, which stops after $2 rows (no index on the time; ids grow with created_at). Pending
+-- ones are never touched.
+WITH doomed AS (
+    SELECT id FROM outbox
+    WHERE status IN ('delivered', 'failed')
+      AND created_at < now() - make_interval(secs => $1::float8)
+    ORDER BY id
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox o USING doomed WHERE o.id = doomed.id;
+
 -- ---------------------------------------------------------------- observability
 
 -- name: late_runs

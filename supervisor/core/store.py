@@ -194,6 +194,10 @@ class Store(History):
         """Delete up to `limit` finished runs older than their retention (seconds)."""
         return _rowcount(await self._execute("prune_runs", keep_succeeded, keep_failed, limit))
 
+    async def prune_deliveries(self, keep: float, limit: int) -> int:
+        """Delete up to `limit` finished deliveries whose event is older than `keep` s."""
+        return _rowcount(await self._execute("prune_deliveries", keep, limit))
+
     # ------------------------------------------------------------ observability
 
     async def late_runs(self, older_than: float, limit: int) -> list[Record]:
