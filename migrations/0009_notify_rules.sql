@@ -1,5 +1,7 @@
 -- Per-job notification rules (DESIGN.md, Notifications): auto-pause after N consecutive
--- failures of the handler's own doing, and the N of job_failing.
+-- failures of the handler's own doing, the N of job_failing, job_silent's window, a job's
+-- own run_late threshold, outbound pings (a job's ping_url, the deployment's heartbeat) and
+-- a channel's opt-in to payloads.
 
 ALTER TABLE jobs
     -- NULL: never auto-paused.
