@@ -162,6 +162,11 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         "overlap": args.overlap,
         "paused": args.paused,
         "max_concurrent": args.max_concurrent,
+        "pause_after_failures": args.pause_after_failures,
+        "job_failing_after": args.job_failing_after,
+        "expect_success_within_seconds": args.expect_success_within,
+        "late_after_seconds": args.late_after,
+        "ping_url": args.ping_url,
     }
     body.update({k: v for k, v in simple.items() if v is not None})
     if args.concurrency_group is not None:  # "": leave the group
@@ -322,6 +327,13 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--overlap", choices=["allow", "skip", "wait"])
     p.add_argument("--max-concurrent", type=int, help="its runs at once on all hosts, 1-1000")
     p.add_argument("--concurrency-group", help="the concurrency group it joins ('': none)")
+    p.add_argument(
+        "--pause-after-failures", type=int, help="pause after N (1-1000) dead runs in a row"
+    )
+    p.add_argument("--job-failing-after", type=int, help="job_failing after N dead runs (1)")
+    p.add_argument("--expect-success-within", type=float, help="job_silent after seconds")
+    p.add_argument("--late-after", type=float, help="run_late after seconds (ready_max_lag)")
+    p.add_argument("--ping-url", help="GET URL/start, URL, URL/fail as runs start and end")
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:

@@ -14,7 +14,7 @@ from api.client import EXIT_USAGE, ApiClient, ClientError, _client, _json_arg, _
 from api.client_format import _more, table
 
 EVENTS = ["run_failed", "run_dead", "run_missed", "run_overlap_skipped", "job_failing",
-          "job_recovered", "worker_lost"]  # fmt: skip
+          "job_recovered", "job_auto_paused", "job_silent", "worker_lost"]  # fmt: skip
 
 
 def _channel_id(api: ApiClient, ref: str) -> int:
@@ -31,6 +31,8 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("name", "url", "format"):
         if getattr(args, key, None) is not None:
             body[key] = getattr(args, key)
+    if args.include_payload is not None:
+        body["include_payload"] = args.include_payload
     if args.all_jobs is not None:
         body["all_jobs"] = [e for e in args.all_jobs.split(",") if e]
     if args.headers is not None:
@@ -110,6 +112,12 @@ def _flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     )
     p.add_argument("--headers", help="JSON object of extra request headers")
     p.add_argument("--all-jobs", help=f"events of every job, comma-separated: {','.join(EVENTS)}")
+    p.add_argument(
+        "--include-payload",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send the run's payload in its events (default: never)",
+    )
 
 
 def register_channel_commands(sub: Any) -> None:

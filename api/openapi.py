@@ -176,13 +176,18 @@ PATHS: J = {
     },
     "/v1/jobs/{id}/resume": {
         "parameters": [PATH_ID],
-        "post": {"operationId": "resumeJob", "responses": responses({200: JOB_OK}, 404)},
+        "post": {
+            "operationId": "resumeJob",
+            "summary": "Resume: plans at once, clears the reason, restarts the auto-pause count",
+            "responses": responses({200: JOB_OK}, 404),
+        },
     },
     "/v1/jobs/{id}/trigger": {
         "parameters": [PATH_ID],
         "post": {
             "operationId": "triggerJob",
-            "summary": "Run now, optionally with a payload for this run only",
+            "summary": "Run now, optionally with a payload for this run only (a paused job"
+            " runs this one run and stays paused)",
             "parameters": [
                 param(
                     "Idempotency-Key",

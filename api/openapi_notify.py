@@ -36,6 +36,12 @@ CHANNEL_FIELDS: J = {
         "description": "extra request headers (values never returned)",
     },
     "all_jobs": {**EVENTS, "description": "events of every job sent to this channel"},
+    "include_payload": {
+        **BOOL,
+        "default": False,
+        "description": "events of a run carry its payload (`data.payload`: the run's own, else"
+        " its job's, as when the delivery is sent); off by default: payloads may hold secrets",
+    },
 }
 CHANNEL = obj(
     {
@@ -46,6 +52,7 @@ CHANNEL = obj(
         "secret_set": BOOL,
         "header_names": {"type": "array", "items": STR},
         "all_jobs": EVENTS,
+        "include_payload": BOOL,
         "created_at": TIME,
         "updated_at": TIME,
     }

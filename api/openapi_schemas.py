@@ -103,6 +103,45 @@ POLICY_FIELDS: J = {
         }
     ),
 }
+# Notification rules of a job (DESIGN.md, Notifications): in requests and in the job view.
+STREAK_FIELDS: J = {
+    "pause_after_failures": null(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "description": "pause the job after this many consecutive runs ended dead by the"
+            " handler's own doing (exit status, signal, timeout; not a lost lease, a shutdown"
+            " or a cancel), raising job_auto_paused; resume starts the count again."
+            " null (default): never",
+        }
+    ),
+    "job_failing_after": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000,
+        "description": "job_failing once this many consecutive runs ended dead (default 1)",
+    },
+    "expect_success_within_seconds": null(
+        {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 31622400,
+            "description": "job_silent (a dead-man's switch) once the job has had no success"
+            " for this long, counted from its latest success or its last change or resume,"
+            " on the database clock; sent once until the next success. null (default): never",
+        }
+    ),
+    "late_after_seconds": null(
+        {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 604800,
+            "description": "run_late once a due run waited this long (null, default: the"
+            " deployment's ready_max_lag)",
+        }
+    ),
+}
 JOB_FIELDS: J = {
     "name": {"type": "string", "pattern": NAME},
     "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
@@ -137,6 +176,18 @@ JOB_FIELDS: J = {
     "paused": BOOL,
     **POLICY_FIELDS,
     **JOB_LIMIT_FIELDS,
+    **STREAK_FIELDS,
+    "ping_url": null(
+        {
+            "type": "string",
+            "format": "uri",
+            "maxLength": 2000,
+            "description": "outbound pings (healthchecks.io, Cronitor): GET {ping_url}/start when"
+            " a run starts, {ping_url} on success, {ping_url}/fail when it ends dead; http or"
+            " https without a query, its host in notify_allowed_hosts when that is set;"
+            " write-only (the view shows ping_destination)",
+        }
+    ),
     "notify": {
         "type": "array",
         "maxItems": 20,
@@ -167,6 +218,10 @@ JOB = obj(
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
         **POLICY_FIELDS,
         **JOB_LIMIT_FIELDS,
+        **STREAK_FIELDS,
+        "ping_destination": null(
+            {**STR, "description": "scheme, host and port of the job's ping_url (write-only)"}
+        ),
         "created_at": TIME,
         "updated_at": TIME,
     }

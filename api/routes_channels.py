@@ -34,6 +34,7 @@ def channel_view(c: Channel) -> dict[str, Any]:
         "secret_set": s.secret is not None,
         "header_names": sorted(s.headers or {}),
         "all_jobs": list(s.all_jobs),
+        "include_payload": s.include_payload,
         "created_at": utc_iso(c.created_at),
         "updated_at": utc_iso(c.updated_at),
     }

@@ -39,7 +39,8 @@ async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
 async def create_job(request: web.Request) -> web.Response:
     no_query(request)
     body = await read_json(request, config(request).api_max_body, required=True)
-    job = await jobs.create_job(store(request), jobs.validate_job(body), limits(request))
+    spec = jobs.validate_job(body, allowed_hosts=config(request).notify_allowed_hosts)
+    job = await jobs.create_job(store(request), spec, limits(request))
     headers = {"Location": f"/v1/jobs/{job.id}"}
     return _json(await _detail(request, job), 201, headers)
 
@@ -80,7 +81,8 @@ async def update_job(request: web.Request) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
     body = await read_json(request, config(request).api_max_body, required=True)
-    job = await jobs.update_job(store(request), job_id, body, limits(request))
+    allowed = config(request).notify_allowed_hosts
+    job = await jobs.update_job(store(request), job_id, body, limits(request), allowed)
     return _json(await _detail(request, job))
 
 

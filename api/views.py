@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from supervisor.core import schedule
 from supervisor.core.domain import Job, JobSchedule, UnloadableSchedule
+from supervisor.core.events import destination
 from supervisor.core.jobs import Backfill
 from supervisor.core.model import utc_iso
 from supervisor.core.records import Attempt, Run, Worker
@@ -70,6 +71,12 @@ def job(j: Job) -> dict[str, Any]:
         **spec.exit_policy.view(),
         "concurrency_group": spec.limits.group,
         "max_concurrent": spec.limits.max_concurrent,
+        "pause_after_failures": spec.pause_after_failures,
+        "job_failing_after": spec.job_failing_after,
+        "expect_success_within_seconds": spec.expect_success_within_seconds,
+        "late_after_seconds": spec.late_after_seconds,
+        # ping_url is write-only (such URLs hold a token): its scheme, host and port show.
+        "ping_destination": None if spec.ping_url is None else destination(spec.ping_url),
         "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at),
     }

@@ -14,6 +14,9 @@ ratio is decided by how much CPU each run costs beyond the spawn itself.
 With 2 supervisors the drain is repeated with a cgroup per run (`cgroups = all`: create,
 join trampoline, accounting, rmdir per run), paired with the plain drain, when the host
 can give runs a cgroup.
+
+Notifications: 2 supervisors drain the same N with a channel subscribed to run_dead of every
+job and without one, pairs interleaved in the same run (the issue's "within noise").
 """
 
 from __future__ import annotations
@@ -144,21 +147,32 @@ async def exactly_once(conn: asyncpg.Connection, n: int) -> dict[str, Any]:
     return counts
 
 
+# A webhook channel told about every job's dead runs (none die here: what a subscription
+# costs the success path). Its URL is never called.
+BENCH_CHANNEL = """INSERT INTO channels (name, url, secret, all_jobs)
+VALUES ('bench', 'http://127.0.0.1:9/hook',
+        'whsec_cHVuY2hjbG9jay1iZW5jaC1zZWNyZXQtMzItYnl0ZXM=', '{run_dead}')"""
+
+
 async def drain(
     ctx: Context,
     supervisors: int,
     n: int,
     cgroup: bool = False,
+    notify: bool = False,
     *,
     env: dict[str, str] | None = None,
     command: list[str] = COMMAND,
 ) -> dict[str, Any]:
     """`n` due runs of `command` drained by `supervisors` (environment `env` added; with
-    `cgroup`, a cgroup per run)."""
+    `cgroup`, a cgroup per run; with `notify`, a channel subscribed to run_dead)."""
     env = {**(env or {}), **({"PUNCHCLOCK_CGROUPS": "all"} if cgroup else {})} or None
-    async with ctx.dbs.fresh(f"tp{supervisors}{'cg' if cgroup else ''}") as dsn:
+    suffix = ("cg" if cgroup else "") + ("n" if notify else "")
+    async with ctx.dbs.fresh(f"tp{supervisors}{suffix}") as dsn:
         conn = await asyncpg.connect(dsn)
         try:
+            if notify:
+                await conn.execute(BENCH_CHANNEL)
             sups = await start_supervisors(
                 ctx.procs,
                 supervisors,
@@ -196,6 +210,7 @@ async def drain(
                 )
             }
             check = await exactly_once(conn, n)
+            events = await conn.fetchval("SELECT count(*) FROM outbox")
         finally:
             await conn.close()
     seconds = float(span["seconds"])
@@ -206,6 +221,8 @@ async def drain(
         "runs_per_s": n / seconds,
         "per_worker": per_worker,
         "exactly_once": check,
+        "notify": notify,
+        "outbox_rows": events,
         # CPU ms per run over the drain (postgres: 0 when its processes are not visible here)
         "cpu_ms_per_run": {
             k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 3) for k in cpu_before
@@ -278,10 +295,31 @@ async def run(ctx: Context) -> ScenarioResult:
             note=f"baseline: the same drain without cgroups (paired); mean of {repeats}",
         )
         res.details["cgroup_runs"] = caged
+    await _notify_pairs(ctx, res, n, repeats)
     if not ctx.smoke:  # context: asyncio's default watcher on 3.11, same machine
         res.details["asyncio_threaded_watcher"] = await ceiling(n, 2 * PER_SUPERVISOR, "threaded")
     res.details["runs"] = runs
     return res
+
+
+async def _notify_pairs(ctx: Context, res: ScenarioResult, n: int, repeats: int) -> None:
+    """2 supervisors with and without a run_dead channel, alternating which goes first."""
+    pairs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for i in range(repeats):
+        for notify in (False, True) if i % 2 == 0 else (True, False):
+            pairs[notify].append(await drain(ctx, 2, n, notify=notify))
+    for notify, drains in pairs.items():
+        key = f"exactly once, 2 supervisors, {n} runs, {'a' if notify else 'no'} run_dead channel"
+        res.checks[key] = all(d["exactly_once"]["ok"] for d in drains)
+    res.checks["no event for successes"] = all(d["outbox_rows"] == 0 for d in pairs[True])
+    res.add(
+        "2 supervisors: runs/s with a channel on run_dead",
+        _mean(d["runs_per_s"] for d in pairs[True]),
+        "runs/s",
+        baseline=_mean(d["runs_per_s"] for d in pairs[False]),
+        note=f"baseline: the same drain without a channel, interleaved; mean of {repeats}",
+    )
+    res.details["notify_runs"] = pairs[True] + pairs[False]
 
 
 def _mean(values: Any) -> float:

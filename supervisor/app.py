@@ -173,6 +173,7 @@ class Supervisor:
             store,
             PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
             on_planned=planned,
+            heartbeat_url=cfg.heartbeat_ping_url,
         )
         reaper = Reaper(
             store,
@@ -200,6 +201,7 @@ class Supervisor:
             store,
             keep_succeeded_days=cfg.retention_succeeded_days,
             keep_failed_days=cfg.retention_failed_days,
+            keep_deliveries_days=cfg.retention_deliveries_days,
         )
         notifier = WebhookNotifier(
             notifications(store),

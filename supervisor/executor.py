@@ -17,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -276,7 +277,7 @@ class Executor:
 
     def _completion(self, entry: InFlight, row: Claim, result: ChildResult) -> Completion:
         kill_by = lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
-        return verdict(
+        c = verdict(
             entry.run_id,
             entry.lease_token,
             result,
@@ -288,6 +289,7 @@ class Executor:
             retry_cap=row.retry_cap_seconds,
             policy=row.exit_policy,
         )
+        return c if row.ping_url is None else replace(c, ping_url=row.ping_url)
 
     def _finished(
         self,

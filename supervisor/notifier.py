@@ -16,6 +16,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -34,6 +35,9 @@ LEASE_SLACK = 5.0  # a claim lasts the request timeout plus this
 DEPTH_EVERY = 15.0  # seconds between outbox depth reads (a gauge)
 ERROR_MAX = 500
 LATE_BATCH = 1000  # the oldest late runs looked at per check
+# Pings (a job's ping_url, the heartbeat) are retried this long at most: a ping that arrives
+# much later would tell an outside monitor of a life that has since ended.
+PING_RETRY_WINDOW = 600.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class WebhookNotifier(Loop):
         self.timeout = timeout
         self.retry_window = retry_window
         self.allowed_hosts = allowed_hosts
-        self.late_after = late_after  # run_late: a due run waited this long (ready_max_lag)
+        self.late_after = late_after  # run_late unless a job says: ready_max_lag
         self.concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -78,6 +82,7 @@ class WebhookNotifier(Loop):
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.events: Counter[str] = Counter()
         self.depth = (0, 0.0)
+        self._latency: Any = None  # Metrics.delivery_latency once instrumented
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -89,7 +94,9 @@ class WebhookNotifier(Loop):
         return self._session
 
     def instrument(self, m: Metrics) -> None:
-        """Notification metrics, read at scrape time from what this service counts."""
+        """Notification metrics, read at scrape time from what this service counts, and the
+        delivery latency histogram, recorded per delivery."""
+        self._latency = m.delivery_latency
         m.counter(
             "punchclock_notify_events",
             "Notification events by kind (counted at their first delivery attempt here)",
@@ -154,21 +161,29 @@ class WebhookNotifier(Loop):
         if time.monotonic() - self._depth_at >= DEPTH_EVERY:
             self._depth_at = time.monotonic()
             await self.check_late()
+            await self.check_silent()
             self.depth = await self.n.outbox_depth()
 
     async def check_late(self) -> int:
         """Raise run_late for due runs that waited longer than `late_after` (once per run)."""
         return await self.n.raise_late_runs(self.late_after, LATE_BATCH)
 
+    async def check_silent(self) -> int:
+        """Raise job_silent for jobs without a success for their expect_success_within_seconds
+        (once until the next success)."""
+        return await self.n.raise_silent_jobs()
+
     async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
         """(status code, error): error None means delivered."""
-        msg_id = webhooks.message_id(d.id)
-        body = webhooks.body(d.format, msg_id, d.event, d.created_at, d.data)
-        headers = {**d.headers, **webhooks.headers(d.secret, msg_id, int(time.time()), body)}
+        if d.format == "ping":  # a GET of the ping's own URL: no body, nothing to sign
+            request = self.session.get(d.url, allow_redirects=False)
+        else:
+            msg_id = webhooks.message_id(d.id)
+            body = webhooks.body(d.format, msg_id, d.event, d.created_at, d.data)
+            headers = {**d.headers, **webhooks.headers(d.secret, msg_id, int(time.time()), body)}
+            request = self.session.post(d.url, data=body, headers=headers, allow_redirects=False)
         try:
-            async with self.session.post(
-                d.url, data=body, headers=headers, allow_redirects=False
-            ) as resp:
+            async with request as resp:
                 await resp.read()
                 if 200 <= resp.status < 300:
                     return resp.status, None
@@ -192,7 +207,10 @@ class WebhookNotifier(Loop):
             outcome, retry_in = "delivered", 0.0
         else:
             retry_in = retry_delay(d.attempts)
-            late = d.age_seconds + duration + retry_in > self.retry_window
+            window = self.retry_window
+            if d.format == "ping":
+                window = min(window, PING_RETRY_WINDOW)
+            late = d.age_seconds + duration + retry_in > window
             outcome = "failed" if late or not allowed else "pending"
         try:
             kept = await self.n.record_delivery(
@@ -210,6 +228,8 @@ class WebhookNotifier(Loop):
             outcome = "lease_lost"
         shown = "retry" if outcome == "pending" else outcome
         self.outcomes[(d.channel_name, shown)] += 1
+        if outcome == "delivered" and self._latency is not None:
+            self._latency.record(d.age_seconds + duration, {"channel": d.channel_name})
         log_event(
             self.log,
             "delivery_attempt",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from supervisor.core.log import log_event
@@ -23,6 +23,10 @@ class PlanPass(Pass):
     jobs: int = 0  # jobs planned
     runs: int = 0  # run rows inserted
     failed: int = 0  # jobs this host could not plan (see `unplannable`)
+    heartbeat: bool = False  # this pass wrote the minute's heartbeat ping
+
+
+HEARTBEAT_EVERY = 10.0  # seconds between this planner's heartbeat writes
 
 
 class Planner(Loop):
@@ -36,9 +40,14 @@ class Planner(Loop):
         interval: float = 1.0,
         batch: int = 500,
         on_planned: Callable[[int, float], None] | None = None,
+        heartbeat_url: str = "",
     ) -> None:
         super().__init__(interval)
         self.store = store
+        # The deployment's heartbeat ping: written at most every HEARTBEAT_EVERY s here, and
+        # once per minute cluster-wide (heartbeat_ping's unique key).
+        self.heartbeat_url = heartbeat_url
+        self._heartbeat_at = -HEARTBEAT_EVERY
         self.limits = limits or PlanLimits()
         self.batch = batch
         self.on_planned = on_planned
@@ -59,7 +68,7 @@ class Planner(Loop):
 
     async def run_once(self) -> PlanPass:
         """Plan every job that is due for planning, a batch per transaction."""
-        total = PlanPass()
+        total = PlanPass(heartbeat=await self.heartbeat())
         while not self.stopping:
             started = time.perf_counter()
             failures: list[PlanFailure] = []
@@ -88,7 +97,8 @@ class Planner(Loop):
             if self.on_planned:
                 self.on_planned(inserted, elapsed)
             log_event(self.log, "planned", jobs=len(jobs), runs=inserted, seconds=round(elapsed, 4))
-            total = PlanPass(
+            total = replace(
+                total,
                 jobs=total.jobs + len(jobs) - len(failures),
                 runs=total.runs + inserted,
                 failed=total.failed + len(failures),
@@ -96,3 +106,10 @@ class Planner(Loop):
             if len(jobs) < self.batch:
                 return total
         return total
+
+    async def heartbeat(self) -> bool:
+        """Write this minute's heartbeat ping unless another planner has; True if we did."""
+        if not self.heartbeat_url or time.monotonic() - self._heartbeat_at < HEARTBEAT_EVERY:
+            return False
+        self._heartbeat_at = time.monotonic()
+        return await self.store.heartbeat_ping(self.heartbeat_url)

@@ -1,8 +1,10 @@
 """The pruner service: deletes finished runs past their retention, a small batch at a time.
 
 Succeeded and skipped runs are kept `retention_succeeded_days`, dead and cancelled ones
-`retention_failed_days`; planned, retrying and running runs are never pruned. Batches use
-SKIP LOCKED and commit separately, so several hosts share the work and no lock lasts long.
+`retention_failed_days`; planned, retrying and running runs are never pruned. Delivered and
+failed notification deliveries are kept `retention_deliveries_days`; pending ones never go.
+Batches use SKIP LOCKED and commit separately, so several hosts share the work and no lock
+lasts long.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ DAY = 86400.0
 @dataclass(frozen=True)
 class PrunePass(Pass):
     pruned: int = 0  # finished runs deleted past retention
+    deliveries: int = 0  # finished deliveries deleted past retention
 
 
 class Pruner(Loop):
@@ -30,6 +33,7 @@ class Pruner(Loop):
         *,
         keep_succeeded_days: float,
         keep_failed_days: float,
+        keep_deliveries_days: float = 30.0,
         interval: float = 60.0,
         batch: int = 500,
     ) -> None:
@@ -37,13 +41,20 @@ class Pruner(Loop):
         self.store = store
         self.keep_succeeded = keep_succeeded_days * DAY
         self.keep_failed = keep_failed_days * DAY
+        self.keep_deliveries = keep_deliveries_days * DAY
         self.batch = batch
         self.pruned = 0
+        self.pruned_deliveries = 0
 
     async def run_once(self) -> PrunePass:
         deleted = await self.store.prune_runs(self.keep_succeeded, self.keep_failed, self.batch)
         self.pruned += deleted
         if deleted:
             log_event(self.log, "runs_pruned", runs=deleted)
+        gone = await self.store.prune_deliveries(self.keep_deliveries, self.batch)
+        self.pruned_deliveries += gone
+        if gone:
+            log_event(self.log, "deliveries_pruned", deliveries=gone)
         # A full batch means more is waiting: continue at once, between transactions.
-        return PrunePass(0.0 if deleted == self.batch else None, pruned=deleted)
+        more = self.batch in (deleted, gone)
+        return PrunePass(0.0 if more else None, pruned=deleted, deliveries=gone)

@@ -1,6 +1,7 @@
 """A webhook receiver for the notification tests: an aiohttp server on loopback that verifies
 every request's Standard Webhooks signature, records it, and can be told to answer 500,
-to hold requests (time out) until released, or be down."""
+to hold requests (time out) until released, or be down. GETs under /ping/ are outbound
+pings: their paths are recorded in `pings`."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class Receiver:
     def __init__(self, secret: str | None = SECRET) -> None:
         self.secret = secret
         self.received: list[Received] = []
+        self.pings: list[str] = []  # paths of the GETs under /ping/, in arrival order
         self.mode = "ok"  # ok | fail (500) | hold (answer once released) | redirect
         self.release = asyncio.Event()
         self.arrived = asyncio.Event()
@@ -76,12 +78,21 @@ class Receiver:
             await self.release.wait()
         return web.Response(status=204)
 
+    @property
+    def ping_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/ping/check-1"
+
+    async def _ping(self, request: web.Request) -> web.Response:
+        self.pings.append(request.path)
+        return web.Response(status=500 if self.mode == "fail" else 200, text="OK")
+
     async def _elsewhere(self, request: web.Request) -> web.Response:
         raise AssertionError("a redirect was followed")
 
     async def start(self, port: int = 0) -> None:
         app = web.Application()
         app.router.add_post("/hook", self._hook)
+        app.router.add_get("/ping/{tail:.*}", self._ping)
         app.router.add_route("*", "/elsewhere", self._elsewhere)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()

@@ -37,6 +37,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
         pages_auth,
         pages_backfill,
         pages_bulk,
+        pages_deliveries,
         pages_edit,
         pages_job,
         pages_jobs,
@@ -72,6 +73,7 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
         pages_job,
         pages_runs,
         pages_workers,
+        pages_deliveries,
     ):
         app.add_routes(module.routes)
     return app

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from supervisor.core.db import Record
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
-from supervisor.core.events import ChannelSpec, NotifyRule
+from supervisor.core.events import ChannelSpec, NotifyRule, destination
 from supervisor.core.sql import Queries
 from supervisor.core.store import Store
 
@@ -34,23 +33,23 @@ class Channel:
             secret=row["secret"],
             headers=row["headers"] or None,
             all_jobs=tuple(row["all_jobs"]),
+            include_payload=row["include_payload"],
         )
         return cls(row["id"], spec, row["created_at"], row["updated_at"])
 
     @property
     def destination(self) -> str:
         """Scheme, host and port only: a URL's path and query may hold a token (Slack's do)."""
-        parts = urlsplit(self.spec.url)
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{parts.hostname}{port}"
+        return destination(self.spec.url)
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A claimed outbox row with what sending it needs (the channel's secret included)."""
+    """A claimed outbox row with what sending it needs (the channel's secret included). A
+    ping (format `ping`) has no channel: a GET of its own URL, unsigned."""
 
     id: int
-    channel_id: int
+    channel_id: int | None
     channel_name: str
     event: str
     data: dict[str, Any]
@@ -68,7 +67,15 @@ class Delivery:
 
 
 def _spec_args(spec: ChannelSpec) -> list[Any]:
-    return [spec.name, spec.url, spec.format, spec.secret, spec.headers or {}, list(spec.all_jobs)]
+    return [
+        spec.name,
+        spec.url,
+        spec.format,
+        spec.secret,
+        spec.headers or {},
+        list(spec.all_jobs),
+        spec.include_payload,
+    ]
 
 
 class Notifications(Queries):
@@ -134,6 +141,14 @@ class Notifications(Queries):
     async def raise_late_runs(self, older_than: float, limit: int) -> int:
         """run_late events written (0 when every late run was told already)."""
         return int((await self._execute("raise_late_runs", older_than, limit)).split()[-1])
+
+    async def raise_silent_jobs(self) -> int:
+        """job_silent events written (0 when every silent job was told already)."""
+        return int((await self._execute("raise_silent_jobs")).split()[-1])
+
+    async def failing_channels(self, seconds: float) -> list[Record]:
+        """Channels whose deliveries have all failed for `seconds` (at most 20)."""
+        return await self._fetch("failing_channels", seconds)
 
     async def outbox_depth(self) -> tuple[int, float]:
         row = await self._fetchrow("outbox_depth")

@@ -61,6 +61,9 @@ class Config:
     ready_max_lag: float = _setting(60.0, "/readyz fails when a due run waited longer (seconds)")
     retention_succeeded_days: float = _setting(30.0, "keep succeeded and skipped runs this long")
     retention_failed_days: float = _setting(90.0, "keep dead and cancelled runs this long")
+    retention_deliveries_days: float = _setting(
+        30.0, "keep delivered and failed notification deliveries this long (by event time)"
+    )
     log_level: str = _setting("info", "debug, info, warning or error")
     notify_allowed_hosts: tuple[str, ...] = _setting(
         (), "hosts notification channels may send to (.example.com: and subdomains; empty: any)"
@@ -71,6 +74,9 @@ class Config:
     notify_timeout: float = _setting(10.0, "seconds one notification request may take")
     live_output_interval: float = _setting(
         1.0, "seconds between writes of running children's output so far (0: off)"
+    )
+    heartbeat_ping_url: str = _setting(
+        "", "URL the planners GET once a minute while any plans (an outside dead-man's switch)"
     )
 
     @property
@@ -144,6 +150,12 @@ def _validate(cfg: Config) -> None:
         value = getattr(cfg, name)
         if value and not _valid_listen(value):
             problems.append(f"{name}: expected [HOST:]PORT, got {value!r}")
+    if cfg.heartbeat_ping_url:
+        from supervisor.core.events import check_url
+
+        bad: list[Any] = []
+        check_url(bad, cfg.heartbeat_ping_url, cfg.notify_allowed_hosts, "heartbeat_ping_url")
+        problems += [str(e) for e in bad]
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
 

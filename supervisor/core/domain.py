@@ -120,6 +120,12 @@ class JobSpec:
     # Its notify list (channels.py stores it beside the job); None: not given, unchanged.
     notify: tuple[NotifyRule, ...] | None = None
     limits: JobLimits = NO_LIMITS  # concurrency across hosts
+    # Pause the job after this many consecutive dead runs of the handler's doing (None: never).
+    pause_after_failures: int | None = None
+    job_failing_after: int = 1  # job_failing when this many consecutive runs ended dead
+    expect_success_within_seconds: float | None = None  # job_silent after this without success
+    late_after_seconds: float | None = None  # run_late after this wait (None: ready_max_lag)
+    ping_url: str | None = None  # GET {ping_url}/start, {ping_url}, {ping_url}/fail
 
     # The schedule as its three stored columns (and the API's fields).
     @property
@@ -175,6 +181,11 @@ class Job:
                 row["success_exit_codes"], row["dead_on"], row["retry_on"]
             ),
             limits=JobLimits(row.get("concurrency_group"), row.get("max_concurrent")),
+            pause_after_failures=row["pause_after_failures"],
+            job_failing_after=row["job_failing_after"],
+            expect_success_within_seconds=row["expect_success_within_seconds"],
+            late_after_seconds=row["late_after_seconds"],
+            ping_url=row["ping_url"],
         )
         return cls(
             id=row["id"],

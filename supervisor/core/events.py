@@ -24,9 +24,11 @@ class Event(StrEnum):
     RUN_DEAD = "run_dead"  # out of attempts, or exit 65
     RUN_MISSED = "run_missed"  # an instant recorded skipped because it was missed
     RUN_OVERLAP_SKIPPED = "run_overlap_skipped"
-    RUN_LATE = "run_late"  # a due run waited longer than ready_max_lag (once per run)
-    JOB_FAILING = "job_failing"  # a streak of dead runs began (one per streak)
+    RUN_LATE = "run_late"  # a due run waited longer than late_after_seconds (once per run)
+    JOB_FAILING = "job_failing"  # a dead streak reached the job's job_failing_after (once)
     JOB_RECOVERED = "job_recovered"  # the first success after job_failing
+    JOB_AUTO_PAUSED = "job_auto_paused"  # pause_after_failures reached: the job was paused
+    JOB_SILENT = "job_silent"  # no success for expect_success_within_seconds (once per episode)
     WORKER_LOST = "worker_lost"  # a supervisor stopped renewing; its runs were reaped
     TEST = "test"  # POST /v1/channels/{id}/test; not subscribable
 
@@ -112,9 +114,10 @@ class ChannelSpec:
     secret: str | None = None
     headers: dict[str, str] | None = None
     all_jobs: tuple[str, ...] = ()
+    include_payload: bool = False  # events carry the run's payload (opt-in)
 
 
-CHANNEL_FIELDS = {"name", "url", "format", "secret", "headers", "all_jobs"}
+CHANNEL_FIELDS = {"name", "url", "format", "secret", "headers", "all_jobs", "include_payload"}
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
@@ -129,26 +132,49 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-def check_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...]) -> str | None:
+def check_url(
+    errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...], field: str = "url"
+) -> str | None:
+    """An http(s) URL whose host the allow-list admits (a channel's, a ping's)."""
     if not isinstance(value, str) or len(value) > 2000:
-        errors.append(InvalidSpec("url", "must be an http or https URL of at most 2000 characters"))
+        errors.append(InvalidSpec(field, "must be an http or https URL of at most 2000 characters"))
         return None
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        errors.append(InvalidSpec("url", "is not a valid URL"))
+        errors.append(InvalidSpec(field, "is not a valid URL"))
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        errors.append(InvalidSpec("url", "must be an http or https URL with a host"))
+        errors.append(InvalidSpec(field, "must be an http or https URL with a host"))
         return None
     if any(c.isspace() or ord(c) < 32 for c in value):
-        errors.append(InvalidSpec("url", "must not contain spaces or control characters"))
+        errors.append(InvalidSpec(field, "must not contain spaces or control characters"))
         return None
     if not host_allowed(parts.hostname, allowed):
-        errors.append(InvalidSpec("url", f"host {parts.hostname!r} is not in notify_allowed_hosts"))
+        errors.append(InvalidSpec(field, f"host {parts.hostname!r} is not in notify_allowed_hosts"))
         return None
     return value
+
+
+def check_ping_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...]) -> str | None:
+    """A job's ping_url: /start and /fail are appended to its path, so no query or fragment."""
+    url = check_url(errors, value, allowed, "ping_url")
+    if url is not None and (urlsplit(url).query or urlsplit(url).fragment or "#" in url):
+        errors.append(
+            InvalidSpec(
+                "ping_url", "must not have a query or fragment (/start and /fail are appended)"
+            )
+        )
+        return None
+    return url
+
+
+def destination(url: str) -> str:
+    """Scheme, host and port only: a URL's path and query may hold a token (Slack's do)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 def check_secret(errors: list[InvalidSpec], value: Any) -> str | None:
@@ -197,6 +223,7 @@ def validate_channel(
     out: dict[str, Any] = {} if base is None else {
         "name": base.name, "url": base.url, "format": base.format, "secret": base.secret,
         "headers": base.headers, "all_jobs": base.all_jobs,
+        "include_payload": base.include_payload,
     }  # fmt: skip
     if base is None:
         errors += [InvalidSpec(k, "is required") for k in ("name", "url") if k not in body]
@@ -220,6 +247,10 @@ def validate_channel(
         out["headers"] = _headers(errors, body["headers"])
     if "all_jobs" in body:
         out["all_jobs"] = _events(errors, "all_jobs", body["all_jobs"], True)
+    if "include_payload" in body:
+        if not isinstance(body["include_payload"], bool):
+            errors.append(InvalidSpec("include_payload", "must be true or false"))
+        out["include_payload"] = body["include_payload"]
     if not errors and out.get("format", "punchclock") == "punchclock" and not out.get("secret"):
         errors.append(InvalidSpec("secret", "is required for the punchclock format (it signs)"))
     if errors:

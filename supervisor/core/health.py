@@ -1,7 +1,8 @@
 """Liveness and readiness, shared by the API and the supervisor's metrics port.
 
 Ready means: the database answers, its schema is what this build expects, and no due run
-has waited longer than the threshold (else the answer names the oldest late runs).
+has waited longer than the threshold (else the answer names the oldest late runs). Channels
+whose deliveries have all failed for an hour are listed as a warning, ready or not.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from typing import Any
 
 import asyncpg
 
+from supervisor.core.channels import Notifications
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import SchemaMismatch
 from supervisor.core.metrics import DatabaseSnapshot
 from supervisor.core.migrator import pending_migrations
 from supervisor.core.store import Store
+
+FAILING_FOR = 3600.0  # a channel with no delivery this long while its events wait: a warning
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:
@@ -22,6 +26,7 @@ async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str,
         async with pool.acquire(timeout=5) as conn:
             pending = await pending_migrations(conn)
             late = await Store(conn).late_runs(max_lag, 10)
+            failing = [] if pending else await Notifications(conn).failing_channels(FAILING_FOR)
     except SchemaMismatch as exc:
         return False, {"status": "unready", "reason": "schema", "detail": str(exc)}
     except DB_ERRORS as exc:
@@ -32,8 +37,20 @@ async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str,
             "reason": "migrations",
             "detail": f"pending migrations: {', '.join(pending)}",
         }
+    warn: dict[str, Any] = {}
+    if failing:
+        warn["failing_channels"] = [
+            {
+                "channel_id": r["id"],
+                "channel_name": r["name"],
+                "failing_since": r["since"].isoformat(),
+                "pending_deliveries": r["pending"],
+            }
+            for r in failing
+        ]
     if late:
         return False, {
+            **warn,
             "status": "unready",
             "reason": "late_runs",
             "detail": f"{len(late)}+ due run(s) waited longer than {max_lag:g}s",
@@ -50,7 +67,7 @@ async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str,
                 for r in late
             ],
         }
-    return True, {"status": "ready"}
+    return True, {"status": "ready", **warn}
 
 
 async def database_snapshot(store: Store, max_jobs: int = 1000) -> DatabaseSnapshot:

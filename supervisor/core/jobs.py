@@ -55,16 +55,19 @@ async def create_job(store: Store, spec: JobSpec, limits: PlanLimits) -> Job:
     return job
 
 
-async def update_job(store: Store, job_id: int, body: Any, limits: PlanLimits) -> Job:
+async def update_job(
+    store: Store, job_id: int, body: Any, limits: PlanLimits, allowed_hosts: tuple[str, ...] = ()
+) -> Job:
     """PATCH: the given fields change. `pause_reason` (a string, or null for none) may come
-    with them only when the job ends up paused; resuming (`paused: false`) forgets it."""
+    with them only when the job ends up paused; resuming (`paused: false`) forgets it.
+    `allowed_hosts`: notify_allowed_hosts, for ping_url."""
     fields, reason = _split_pause_reason(body)
     try:
         async with store.transaction() as tx:
             current = await tx.lock_job(job_id)
             if current is None:
                 raise NotFound(f"job {job_id} not found")
-            wanted, reason = _validated(fields, current.spec, reason)
+            wanted, reason = _validated(fields, current.spec, reason, allowed_hosts)
             job = await tx.update_job(job_id, wanted)
             assert job is not None
             if wanted.limits != current.spec.limits:
@@ -140,13 +143,15 @@ def _split_pause_reason(body: Any) -> tuple[Any, str | _Keep | None]:
     return fields, body["pause_reason"]
 
 
-def _validated(fields: Any, base: JobSpec, reason: Any) -> tuple[JobSpec, str | _Keep | None]:
+def _validated(
+    fields: Any, base: JobSpec, reason: Any, allowed_hosts: tuple[str, ...]
+) -> tuple[JobSpec, str | _Keep | None]:
     """validate_job and the pause_reason (stripped), its errors among the fields' (one 422
     for all)."""
     errors: list[InvalidSpec] = []
     wanted: JobSpec | None = None
     try:
-        wanted = validate_job(fields, base)
+        wanted = validate_job(fields, base, allowed_hosts)
     except InvalidSpecs as exc:
         errors = list(exc.errors)
     if reason is not KEEP:
@@ -186,8 +191,8 @@ async def trigger_job(
     """Insert a manual run due now; returns (run id, created).
 
     With an idempotency key, a repeated request returns the run the first one created
-    (a different payload for the same key is a conflict). A paused job's run waits for
-    the resume, like its scheduled runs.
+    (a different payload for the same key is a conflict). A paused job runs it (claim_runs
+    takes manual runs of paused jobs) and stays paused: checking a job before resuming it.
     """
     async with store.transaction() as tx:
         # A retry shifts scheduled_at by a microsecond when a planned run holds the instant.

@@ -14,7 +14,7 @@ from typing import Any
 from supervisor.core import schedule
 from supervisor.core.domain import JobSpec, UnloadableSchedule, cron_schedule, stored_schedule
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
-from supervisor.core.events import parse_notify
+from supervisor.core.events import check_ping_url, parse_notify
 from supervisor.core.exitpolicy import FIELDS as POLICY_FIELDS
 from supervisor.core.exitpolicy import parse_policy
 from supervisor.core.limits import LIMIT_FIELDS, parse_limits
@@ -36,12 +36,32 @@ FIELDS = {
     "overlap",
     "paused",
     "notify",
+    "pause_after_failures",
+    "job_failing_after",
+    "expect_success_within_seconds",
+    "late_after_seconds",
+    "ping_url",
     *POLICY_FIELDS,
     *LIMIT_FIELDS,
 }
 # null means "no value"; only these job fields can have none (cron and run_at: one of them;
-# retry_on: every failure not in dead_on; the concurrency limits: none).
-NULLABLE = {"timeout_seconds", "cron", "run_at", "retry_on", *LIMIT_FIELDS}
+# retry_on: every failure not in dead_on; pause_after_failures: never auto-paused;
+# expect_success_within_seconds: no job_silent; late_after_seconds: ready_max_lag; the
+# concurrency limits: none).
+NULLABLE = {
+    "timeout_seconds",
+    "cron",
+    "run_at",
+    "retry_on",
+    "pause_after_failures",
+    "expect_success_within_seconds",
+    "late_after_seconds",
+    "ping_url",
+    *LIMIT_FIELDS,
+}
+# Bounds of the optional seconds (migration 0009's checks): a year and a day; a week.
+OPTIONAL_SECONDS = {"expect_success_within_seconds": 366 * 86400, "late_after_seconds": WEEK}
+MAX_STREAK = 1000  # pause_after_failures and job_failing_after (migration 0009's checks)
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
 # (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
@@ -72,9 +92,16 @@ def _number(
         errors.append(InvalidSpec(field, f"must be {kind}, got {value}"))
         return None
     if not lo <= value <= hi:
-        errors.append(InvalidSpec(field, f"must be between {lo:g} and {hi:g}, got {value}"))
+        errors.append(
+            InvalidSpec(field, f"must be between {_plain(lo)} and {_plain(hi)}, got {value}")
+        )
         return None
     return int(value) if integer else float(value)
+
+
+def _plain(x: float) -> str:
+    """A bound as people write it: 31622400, not 3.16224e+07."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _choice(errors: list[InvalidSpec], field: str, value: Any, choices: list[str]) -> Any:
@@ -97,8 +124,11 @@ def _spec_fields(spec: JobSpec | None) -> dict[str, Any]:
     return out
 
 
-def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
+def validate_job(
+    body: Any, base: JobSpec | None = None, allowed_hosts: tuple[str, ...] = ()
+) -> JobSpec:
     """Request body -> a JobSpec. With `base` (an existing job's) it is a PATCH.
+    `allowed_hosts`: notify_allowed_hosts, for ping_url (empty: any host).
 
     Raises InvalidSpecs listing every invalid field at once.
     """
@@ -156,6 +186,21 @@ def validate_job(body: Any, base: JobSpec | None = None) -> JobSpec:
         out["paused"] = body["paused"]
     if "notify" in body:
         out["notify"] = parse_notify(errors, body["notify"])
+    if "pause_after_failures" in body:
+        n = body["pause_after_failures"]
+        out["pause_after_failures"] = (
+            None if n is None else _number(errors, "pause_after_failures", n, 1, MAX_STREAK, True)
+        )
+    if "job_failing_after" in body:
+        out["job_failing_after"] = _number(
+            errors, "job_failing_after", body["job_failing_after"], 1, MAX_STREAK, True
+        )
+    if "ping_url" in body:
+        url = body["ping_url"]
+        out["ping_url"] = None if url is None else check_ping_url(errors, url, allowed_hosts)
+    for key, most in OPTIONAL_SECONDS.items():
+        if key in body:
+            out[key] = None if body[key] is None else _number(errors, key, body[key], 1, most)
     if body.keys() & set(POLICY_FIELDS):
         out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
     if body.keys() & {*LIMIT_FIELDS, "overlap"}:

@@ -55,6 +55,7 @@ class Metrics:
                 ("punchclock_run_duration", DURATION_BUCKETS),
                 ("punchclock_claim_latency", FAST_BUCKETS),
                 ("punchclock_plan_tick_duration", FAST_BUCKETS),
+                ("punchclock_notify_delivery_latency", DELAY_BUCKETS),
             )
         ]
         self.provider = MeterProvider(
@@ -92,6 +93,11 @@ class Metrics:
         )
         self.claim_latency = m.create_histogram(
             "punchclock_claim_latency", unit="s", description="Claim transaction round trip"
+        )
+        self.delivery_latency = m.create_histogram(
+            "punchclock_notify_delivery_latency",
+            unit="s",
+            description="Notification event written to delivered (2xx), by channel",
         )
         self._gauges: dict[str, Any] = {}
         self._meter = m

@@ -5,13 +5,13 @@
 -- ---------------------------------------------------------------- channels
 
 -- name: insert_channel
-INSERT INTO channels (name, url, format, secret, headers, all_jobs)
-VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[])
+INSERT INTO channels (name, url, format, secret, headers, all_jobs, include_payload)
+VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[], $7::bool)
 RETURNING *;
 
 -- name: update_channel
 UPDATE channels SET name = $2::text, url = $3::text, format = $4::text, secret = $5::text,
-    headers = $6::jsonb, all_jobs = $7::text[], updated_at = now()
+    headers = $6::jsonb, all_jobs = $7::text[], include_payload = $8::bool, updated_at = now()
 WHERE id = $1::bigint
 RETURNING *;
 
@@ -80,10 +80,20 @@ WITH picked AS (
     FROM picked p WHERE o.id = p.id
     RETURNING o.*
 )
-SELECT d.id, d.channel_id, d.event, d.data, d.created_at, d.attempts,
+-- A ping (no channel: outbound pings, the heartbeat) is a GET of its own URL, unsigned. A
+-- channel with include_payload gets the run's payload (its own, else its job's) in `data`.
+SELECT d.id, d.channel_id, d.event,
+       CASE WHEN c.include_payload AND d.run_id IS NOT NULL
+            THEN d.data || jsonb_build_object('payload',
+                (SELECT coalesce(r.payload, j.payload) FROM runs r JOIN jobs j ON j.id = r.job_id
+                 WHERE r.id = d.run_id))
+            ELSE d.data END AS data,
+       d.created_at, d.attempts,
        EXTRACT(EPOCH FROM (now() - d.created_at))::float8 AS age_seconds,
-       c.name AS channel_name, c.url, c.format, c.secret, c.headers
-FROM claimed d JOIN channels c ON c.id = d.channel_id
+       coalesce(c.name, 'ping') AS channel_name, coalesce(d.url, c.url) AS url,
+       coalesce(c.format, 'ping') AS format, c.secret, coalesce(c.headers, '{}') AS headers
+FROM claimed d LEFT JOIN channels c ON c.id = d.channel_id
+WHERE d.channel_id IS NULL OR c.id IS NOT NULL
 ORDER BY d.id;
 
 -- name: record_delivery
@@ -112,21 +122,53 @@ WITH moved AS (
 SELECT count(*) FROM moved;
 
 -- name: raise_late_runs
--- run_late: due runs that waited longer than $1 seconds (the oldest $2), for the channels
--- that subscribe. Time-based, so any notifier may raise it; the unique dedupe_key (one per
--- run) makes it once per run whoever does. Only the oldest $2 late runs are looked at.
+-- run_late: due runs that waited longer than their job's late_after_seconds (NULL: $1, the
+-- configured ready_max_lag), for the channels that subscribe. Time-based, so any notifier
+-- may raise it; the unique dedupe_key (one per run) makes it once per run whoever does.
+-- Only the oldest $2 runs past the smallest threshold in use are looked at (runs_claimable;
+-- the smallest is a scan of jobs, which is small).
 INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
 SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
        jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
            'run', jsonb_build_object('id', r.id, 'scheduled_at', r.scheduled_at,
                'status', r.status, 'attempt', r.attempts,
-               'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3)))
+               'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3),
+               'late_after_seconds', coalesce(j.late_after_seconds, $1::float8)))
 FROM (SELECT id, job_id, scheduled_at, status, attempts, run_after FROM runs
       WHERE status IN ('scheduled', 'failed')
-        AND run_after < now() - make_interval(secs => $1::float8)
+        AND run_after < now() - make_interval(secs => least($1::float8,
+            (SELECT min(late_after_seconds) FROM jobs
+             WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL)))
       ORDER BY run_after LIMIT $2::int) r
 JOIN jobs j ON j.id = r.job_id AND NOT j.paused AND j.deleted_at IS NULL
+    AND r.run_after < now() - make_interval(secs => coalesce(j.late_after_seconds, $1::float8))
 CROSS JOIN LATERAL notify_targets(r.job_id, 'run_late') c
+ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
+
+-- name: raise_silent_jobs
+-- job_silent, the dead-man's switch: a live job that set expect_success_within_seconds and
+-- has had no success for that long (counted from its latest success, or from its last
+-- change or resume when later), on the database clock. Once per episode: the dedupe_key
+-- names the job and its latest success, so the next success starts a new episode. The
+-- latest success is the newest started-by-now succeeded run on runs_job_history.
+INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
+SELECT c.channel_id, 'job_silent', j.id, s.id,
+       'job_silent:' || j.id || ':' || coalesce(s.id::text, 'never'),
+       jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+           'expect_success_within_seconds', j.expect_success_within_seconds,
+           'last_success', CASE WHEN s.id IS NOT NULL THEN
+               jsonb_build_object('run_id', s.id, 'finished_at', s.finished_at) END,
+           'silent_seconds',
+               round(EXTRACT(EPOCH FROM (now() - greatest(s.finished_at, j.updated_at)))::numeric, 3))
+FROM jobs j
+LEFT JOIN LATERAL (
+    SELECT r.id, r.finished_at FROM runs r
+    WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status = 'succeeded'
+    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) s ON true
+CROSS JOIN LATERAL notify_targets(j.id, 'job_silent') c
+WHERE j.expect_success_within_seconds IS NOT NULL AND j.deleted_at IS NULL AND NOT j.paused
+  AND greatest(s.finished_at, j.updated_at)
+      < now() - make_interval(secs => j.expect_success_within_seconds)
 ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
 
 -- name: outbox_depth
@@ -151,3 +193,17 @@ LIMIT $6::int;
 
 -- name: list_delivery_attempts
 SELECT * FROM delivery_attempts WHERE outbox_id = ANY ($1::bigint[]) ORDER BY outbox_id, attempt;
+
+-- name: failing_channels
+-- For /readyz (a warning, not unreadiness): channels with an event undelivered after its
+-- tries for more than $1 seconds and no delivery in that time. Starts from pending rows
+-- (outbox_due), then looks at a candidate channel's recent deliveries only.
+SELECT c.id, c.name, min(o.created_at) AS since, count(*)::int AS pending
+FROM outbox o JOIN channels c ON c.id = o.channel_id
+WHERE o.status = 'pending' AND o.attempts > 0
+  AND o.created_at < now() - make_interval(secs => $1::float8)
+  AND NOT EXISTS (SELECT 1 FROM outbox s WHERE s.channel_id = c.id AND s.status = 'delivered'
+                  AND s.finished_at > now() - make_interval(secs => $1::float8))
+GROUP BY c.id, c.name
+ORDER BY c.name
+LIMIT 20;

@@ -12,10 +12,13 @@ SELECT pg_notify('punchclock_wake', '');
 -- name: insert_job
 INSERT INTO jobs (name, type, payload, cron, run_at, timezone, max_attempts, timeout_seconds,
                   retry_base_seconds, retry_cap_seconds, catchup, catchup_window_seconds,
-                  overlap, paused, success_exit_codes, dead_on, retry_on)
+                  overlap, paused, success_exit_codes, dead_on, retry_on,
+                  pause_after_failures, job_failing_after, expect_success_within_seconds,
+                  late_after_seconds, ping_url)
 VALUES ($1::text, $2::text, $3::jsonb, $4::text, $5::timestamptz, $6::text, $7::int,
         $8::float8, $9::float8, $10::float8, $11::catchup_policy, $12::float8,
-        $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[])
+        $13::overlap_policy, $14::bool, $15::int[], $16::text[], $17::text[], $18::int,
+        $19::int, $20::float8, $21::float8, $22::text)
 RETURNING *;
 
 -- name: get_job
@@ -45,7 +48,9 @@ UPDATE jobs SET
     retry_cap_seconds = $11::float8, catchup = $12::catchup_policy,
     catchup_window_seconds = $13::float8, overlap = $14::overlap_policy, paused = $15::bool,
     success_exit_codes = $16::int[], dead_on = $17::text[], retry_on = $18::text[],
-    updated_at = now()
+    pause_after_failures = $19::int, job_failing_after = $20::int,
+    expect_success_within_seconds = $21::float8, late_after_seconds = $22::float8,
+    ping_url = $23::text, updated_at = now()
 WHERE id = $1::bigint AND deleted_at IS NULL
 RETURNING *;
 
@@ -210,11 +215,12 @@ WITH orphans AS (
 ), candidates AS (
     SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
            j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
-           j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on,
+           j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on, j.ping_url,
            j.max_concurrent, j.concurrency_group AS grp
     FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
-      AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL
+      AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
+      AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
             AND x.exclusive))
@@ -276,13 +282,19 @@ WITH orphans AS (
 ), attempt AS (
     INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token, started_at)
     SELECT id, attempts, $3::text, lease_token, started_at FROM claimed
+), pinged AS (
+    -- The start ping of jobs with a ping_url (DESIGN.md, Notifications: outbound pings).
+    INSERT INTO outbox (url, event, job_id, run_id, data)
+    SELECT rtrim(k.ping_url, '/') || '/start', 'ping_start', c.job_id, c.id, '{}'::jsonb
+    FROM claimed c JOIN candidates k ON k.id = c.id
+    WHERE k.ping_url IS NOT NULL
 )
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
        c.started_at, c.trigger, c.exclusive OR c.job_slot IS NOT NULL OR c.group_slot IS NOT NULL
            AS wakes_others,
        COALESCE(c.payload, k.job_payload) AS payload,
        k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
-       k.success_exit_codes, k.dead_on, k.retry_on, now() AS db_now,
+       k.success_exit_codes, k.dead_on, k.retry_on, k.ping_url, now() AS db_now,
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back
 FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
@@ -293,7 +305,8 @@ ORDER BY c.run_after, c.id;
 SELECT EXTRACT(EPOCH FROM (min(r.run_after) - now()))::float8 FROM runs r
 JOIN jobs j ON j.id = r.job_id
 WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now()
-  AND r.type = ANY($1::text[]) AND NOT j.paused AND j.deleted_at IS NULL;
+  AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
+  AND j.deleted_at IS NULL;
 
 -- name: write_live_tails
 -- The output so far of running children (livetail.py): fenced by the attempt's lease token,
@@ -321,9 +334,10 @@ RETURNING r.id;
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
                          $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
-                         $11::float8[], $12::int8[], $13::bool[], $14::bool[])
+                         $11::float8[], $12::int8[], $13::bool[], $14::bool[], $15::text[])
         AS t(id, token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
-             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced)
+             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced,
+             ping_url)
 ), done AS (
     UPDATE runs r SET status = t.status::run_status,
         finished_at = CASE WHEN t.status = 'failed' THEN NULL ELSE now() END,
@@ -333,7 +347,7 @@ WITH t AS (
     FROM t
     -- `= ANY($1)` gives the (generic) plan the primary key when many runs are running.
     WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
-      AND r.lease_owner = $15::text
+      AND r.lease_owner = $16::text
       AND r.status = 'running' AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts, r.run_after, r.job_id, r.status, r.scheduled_at
 ), att AS (
@@ -349,7 +363,7 @@ WITH t AS (
     SELECT a.run_id AS id, r.run_after FROM t
     JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
     JOIN runs r ON r.id = a.run_id
-    WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
+    WHERE a.worker_id = $16::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), streak_reset AS (
     -- A batch of successes only (Store.complete_runs picks the statement): the one event it
@@ -359,15 +373,22 @@ WITH t AS (
     WHERE s.job_id = ANY (ARRAY(SELECT job_id FROM done))
     RETURNING s.job_id, s.dead_streak
 ), events AS (
-    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
-    SELECT c.channel_id, 'job_recovered', r.job_id, o.run_id,
+    INSERT INTO outbox (channel_id, url, event, job_id, run_id, data)
+    SELECT c.channel_id, NULL, 'job_recovered', r.job_id, o.run_id,
            jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
                               'streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
     FROM streak_reset r
     CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
     CROSS JOIN LATERAL notify_targets(r.job_id, 'job_recovered') c
     JOIN jobs j ON j.id = r.job_id
-    WHERE r.dead_streak >= 1
+    WHERE r.dead_streak >= j.job_failing_after
+    UNION ALL
+    -- The success ping of jobs with a ping_url (the claim's, carried by the completion): in
+    -- the same INSERT (no CTE of its own) and without reading jobs (measured: a probe of
+    -- jobs per run cost 6-13 % of a claim and completion of 8 runs).
+    SELECT NULL, t.ping_url, 'ping_success', d.job_id, d.id, '{}'::jsonb
+    FROM done d JOIN t ON t.id = d.id
+    WHERE t.ping_url IS NOT NULL
 )
 SELECT d.id, d.run_after, now() AS db_now FROM done d
 UNION ALL
@@ -380,9 +401,10 @@ SELECT y.id, y.run_after, now() AS db_now FROM already y;
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
                          $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
-                         $11::float8[], $12::int8[], $13::bool[], $14::bool[])
+                         $11::float8[], $12::int8[], $13::bool[], $14::bool[], $15::text[])
         AS t(id, token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
-             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced)
+             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced,
+             ping_url)
 ), done AS (
     UPDATE runs r SET status = t.status::run_status,
         finished_at = CASE WHEN t.status = 'failed' THEN NULL ELSE now() END,
@@ -392,7 +414,7 @@ WITH t AS (
     FROM t
     -- `= ANY($1)` gives the (generic) plan the primary key when many runs are running.
     WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
-      AND r.lease_owner = $15::text
+      AND r.lease_owner = $16::text
       AND r.status = 'running' AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts, r.run_after, r.job_id, r.status, r.scheduled_at
 ), att AS (
@@ -408,11 +430,18 @@ WITH t AS (
     SELECT a.run_id AS id, r.run_after FROM t
     JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
     JOIN runs r ON r.id = a.run_id
-    WHERE a.worker_id = $15::text AND a.finished_at IS NOT NULL
+    WHERE a.worker_id = $16::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), ended AS (
     SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
-           t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event
+           t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event,
+           -- The handler's own doing (exit status, signal, timeout): what auto-pause counts.
+           -- A lost lease, a shutdown or a cancel is ours: neither counted nor a reset.
+           t.outcome IN ('failed', 'timed_out') AS by_handler,
+           CASE WHEN t.outcome = 'timed_out' THEN 'timeout'
+                WHEN t.exit_code IS NOT NULL THEN 'exit ' || t.exit_code
+                WHEN t.signal IS NOT NULL THEN 'signal ' || t.signal
+                ELSE 'did not start' END AS ending
     FROM done d JOIN t ON t.id = d.id
     WHERE d.status IN ('dead', 'failed')
 ), streak_reset AS (
@@ -422,23 +451,41 @@ WITH t AS (
     WHERE s.job_id = ANY (ARRAY(SELECT job_id FROM done WHERE status = 'succeeded'))
     RETURNING s.job_id, s.dead_streak
 ), streak_in AS (
-    SELECT e.job_id, count(*)::int AS n, max(e.id) AS run_id FROM ended e
+    -- Per job: dead runs (job_failing), those by the handler (auto-pause), the last of each.
+    SELECT e.job_id, j.job_failing_after, count(*)::int AS n, max(e.id) AS run_id,
+           count(*) FILTER (WHERE e.by_handler)::int AS p,
+           (array_agg(e.id ORDER BY e.id DESC) FILTER (WHERE e.by_handler))[1] AS p_run,
+           (array_agg(e.ending ORDER BY e.id DESC) FILTER (WHERE e.by_handler))[1] AS p_ending
+    FROM ended e JOIN jobs j ON j.id = e.job_id
     WHERE e.status = 'dead'
       AND NOT EXISTS (SELECT 1 FROM done o WHERE o.job_id = e.job_id AND o.status = 'succeeded')
-      AND EXISTS (SELECT 1 FROM notify_targets(e.job_id, 'job_failing')
-                  UNION ALL SELECT 1 FROM notify_targets(e.job_id, 'job_recovered'))
-    GROUP BY e.job_id
+      AND (j.pause_after_failures IS NOT NULL
+           OR EXISTS (SELECT 1 FROM notify_targets(e.job_id, 'job_failing')
+                      UNION ALL SELECT 1 FROM notify_targets(e.job_id, 'job_recovered')))
+    GROUP BY e.job_id, j.job_failing_after
 ), streak_grow AS (
-    INSERT INTO job_streaks AS s (job_id, dead_streak)
-    SELECT job_id, n FROM streak_in
-    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak
-    RETURNING s.job_id, s.dead_streak
+    INSERT INTO job_streaks AS s (job_id, dead_streak, pause_streak)
+    SELECT job_id, n, p FROM streak_in
+    ON CONFLICT (job_id) DO UPDATE SET dead_streak = s.dead_streak + EXCLUDED.dead_streak,
+        pause_streak = s.pause_streak + EXCLUDED.pause_streak
+    RETURNING s.job_id, s.dead_streak, s.pause_streak
+), auto_paused AS (
+    -- The circuit breaker, in the completion's own statement: only the job whose streak
+    -- reaches its pause_after_failures is updated (and locked).
+    UPDATE jobs j SET paused = true, updated_at = now(),
+        pause_reason = format('auto-paused after %s consecutive failures (last: run %s, %s)',
+                              g.pause_streak, i.p_run, i.p_ending)
+    FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
+    WHERE j.id = g.job_id AND i.p > 0 AND g.pause_streak >= j.pause_after_failures
+      AND NOT j.paused AND j.deleted_at IS NULL
+    RETURNING j.id AS job_id, j.pause_after_failures, j.pause_reason, g.pause_streak, i.p_run
 ), events AS (
     -- One INSERT for every event of the batch (each data-modifying CTE costs its setup on
-    -- every call): the runs' own, job_failing when a streak reaches N (N = 1: its first
-    -- dead run, so once per streak), job_recovered when a streak that had reached N ends.
-    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
-    SELECT c.channel_id, x.event, x.job_id, x.run_id,
+    -- every call): the runs' own, job_failing when a streak reaches the job's N (once per
+    -- streak), job_recovered when a streak that had reached N ends, job_auto_paused, and
+    -- the success and final-failure pings of jobs with a ping_url.
+    INSERT INTO outbox (channel_id, url, event, job_id, run_id, data)
+    SELECT c.channel_id, NULL, x.event, x.job_id, x.run_id,
            jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name)) || x.data
     FROM (SELECT e.job_id, e.event, e.id AS run_id,
                  jsonb_build_object('run', jsonb_build_object('id', e.id,
@@ -449,15 +496,30 @@ WITH t AS (
           SELECT g.job_id, 'job_failing', i.run_id,
                  jsonb_build_object('streak', g.dead_streak, 'run', jsonb_build_object('id', i.run_id))
           FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
-          WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
+          WHERE g.dead_streak >= i.job_failing_after
+            AND g.dead_streak - i.n < i.job_failing_after
           UNION ALL
           SELECT r.job_id, 'job_recovered', o.run_id,
                  jsonb_build_object('streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
           FROM streak_reset r
+          JOIN jobs jr ON jr.id = r.job_id
           CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
-          WHERE r.dead_streak >= 1) x
+          WHERE r.dead_streak >= jr.job_failing_after
+          UNION ALL
+          SELECT a.job_id, 'job_auto_paused', a.p_run,
+                 jsonb_build_object('streak', a.pause_streak,
+                     'pause_after_failures', a.pause_after_failures, 'reason', a.pause_reason,
+                     'run', jsonb_build_object('id', a.p_run))
+          FROM auto_paused a) x
     CROSS JOIN LATERAL notify_targets(x.job_id, x.event) c
     JOIN jobs j ON j.id = x.job_id
+    UNION ALL
+    SELECT NULL, CASE d.status WHEN 'dead' THEN rtrim(t.ping_url, '/') || '/fail'
+                               ELSE t.ping_url END,
+           CASE d.status WHEN 'dead' THEN 'ping_fail' ELSE 'ping_success' END,
+           d.job_id, d.id, '{}'::jsonb
+    FROM done d JOIN t ON t.id = d.id
+    WHERE t.ping_url IS NOT NULL AND d.status IN ('succeeded', 'dead')
 )
 SELECT d.id, d.run_after, now() AS db_now FROM done d
 UNION ALL
@@ -507,8 +569,9 @@ WITH expired AS (
 ), run_events AS (
     -- Notifications (as in complete_runs): the reaped attempt failed (a retry is scheduled)
     -- or the run is dead; worker_lost once per channel and worker episode (dedupe_key).
-    INSERT INTO outbox (channel_id, event, job_id, run_id, data)
-    SELECT c.channel_id, e.event, p.job_id, p.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+    -- A run reaped dead sends its job's fail ping too.
+    INSERT INTO outbox (channel_id, url, event, job_id, run_id, data)
+    SELECT c.channel_id, NULL, e.event, p.job_id, p.id, jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
         'run', jsonb_build_object('id', p.id, 'scheduled_at', p.scheduled_at,
             'status', p.status, 'attempt', p.attempts, 'error', p.last_error))
     FROM reaped p
@@ -516,6 +579,10 @@ WITH expired AS (
                         AS event) e
     CROSS JOIN LATERAL notify_targets(p.job_id, e.event) c
     JOIN jobs j ON j.id = p.job_id
+    UNION ALL
+    SELECT NULL, rtrim(pj.ping_url, '/') || '/fail', 'ping_fail', p.job_id, p.id, '{}'::jsonb
+    FROM reaped p JOIN jobs pj ON pj.id = p.job_id
+    WHERE p.status = 'dead' AND pj.ping_url IS NOT NULL
 ), lost AS (
     INSERT INTO outbox (channel_id, event, dedupe_key, data)
     SELECT DISTINCT ON (c.channel_id, p.lease_owner) c.channel_id, 'worker_lost',
@@ -526,6 +593,8 @@ WITH expired AS (
     LEFT JOIN workers w ON w.id = p.lease_owner
     ON CONFLICT (channel_id, dedupe_key) DO NOTHING
 ), streak_in AS (
+    -- Reaped runs count for job_failing only: a lost lease is not the handler's doing, so
+    -- it neither grows nor resets the auto-pause streak.
     SELECT p.job_id, count(*)::int AS n, max(p.id) AS run_id FROM reaped p
     WHERE p.status = 'dead'
       AND EXISTS (SELECT 1 FROM notify_targets(p.job_id, 'job_failing')
@@ -544,12 +613,22 @@ WITH expired AS (
     FROM streak_grow g JOIN streak_in i ON i.job_id = g.job_id
     CROSS JOIN LATERAL notify_targets(g.job_id, 'job_failing') c
     JOIN jobs j ON j.id = g.job_id
-    WHERE g.dead_streak >= 1 AND g.dead_streak - i.n < 1
+    WHERE g.dead_streak >= j.job_failing_after AND g.dead_streak - i.n < j.job_failing_after
 )
 -- The job's name and type label the metrics exactly as the executor's results do.
 SELECT p.id, p.job_id, j.name AS job_name, p.type, p.attempts, p.status::text AS status,
        p.lease_owner
 FROM reaped p JOIN jobs j ON j.id = p.job_id;
+
+-- name: heartbeat_ping
+-- The deployment's heartbeat ping: one outbox row per minute on the database clock,
+-- cluster-wide (outbox_ping_once), whichever planner writes it first. Returns 1 or 0.
+INSERT INTO outbox (url, event, dedupe_key, data)
+VALUES ($1::text, 'heartbeat',
+        'heartbeat:' || to_char(date_trunc('minute', now() AT TIME ZONE 'UTC'),
+                                'YYYY-MM-DD"T"HH24:MI"Z"'),
+        '{}'::jsonb)
+ON CONFLICT (dedupe_key) WHERE channel_id IS NULL DO NOTHING;
 
 -- ---------------------------------------------------------------- retention
 
@@ -569,6 +648,21 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM runs r USING doomed WHERE r.id = doomed.id;
+
+-- name: prune_deliveries
+-- Delivered and failed deliveries (and, by cascade, their attempts) whose event is older
+-- than $1 seconds, oldest first in small batches: a walk of outbox_history from the oldest
+-- id, which stops after $2 rows (no index on the time; ids grow with created_at). Pending
+-- ones are never touched.
+WITH doomed AS (
+    SELECT id FROM outbox
+    WHERE status IN ('delivered', 'failed')
+      AND created_at < now() - make_interval(secs => $1::float8)
+    ORDER BY id
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox o USING doomed WHERE o.id = doomed.id;
 
 -- ---------------------------------------------------------------- observability
 

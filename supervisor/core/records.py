@@ -35,6 +35,7 @@ class Claim:
     retry_cap_seconds: float
     exit_policy: ExitPolicy
     held_back: int = 0  # runs this claim locked but left waiting for a concurrency limit
+    ping_url: str | None = None  # the job's: its completion writes the success/fail ping
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -57,6 +58,7 @@ class Claim:
             r["retry_cap_seconds"],
             ExitPolicy.from_columns(r["success_exit_codes"], r["dead_on"], r["retry_on"]),
             r["held_back"],
+            r["ping_url"],
         )
 
 

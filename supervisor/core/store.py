@@ -184,11 +184,19 @@ class Store(History):
     async def reap_expired(self, limit: int) -> list[Reaped]:
         return [Reaped.from_row(r) for r in await self._fetch("reap_expired", limit)]
 
+    async def heartbeat_ping(self, url: str) -> bool:
+        """The minute's heartbeat ping; False when a planner wrote it already."""
+        return _rowcount(await self._execute("heartbeat_ping", url)) == 1
+
     # ------------------------------------------------------------ retention
 
     async def prune_runs(self, keep_succeeded: float, keep_failed: float, limit: int) -> int:
         """Delete up to `limit` finished runs older than their retention (seconds)."""
         return _rowcount(await self._execute("prune_runs", keep_succeeded, keep_failed, limit))
+
+    async def prune_deliveries(self, keep: float, limit: int) -> int:
+        """Delete up to `limit` finished deliveries whose event is older than `keep` s."""
+        return _rowcount(await self._execute("prune_deliveries", keep, limit))
 
     # ------------------------------------------------------------ observability
 
@@ -293,6 +301,7 @@ class Completion:
     peak_rss_bytes: int | None = None
     stdout_replaced: bool = False
     stderr_replaced: bool = False
+    ping_url: str | None = None  # the job's, from the claim: its success or fail ping
 
     def without_output(self, why: str) -> Completion:
         """The same result with its tails dropped and `why` added to the error."""
@@ -304,7 +313,7 @@ _COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
 _RUN_ID = attrgetter("run_id")
 
 # The job columns in the parameter order of insert_job ($1..) and update_job ($2..), then
-# the exit policy's three.
+# the exit policy's three, then NOTIFY_COLUMNS.
 JOB_COLUMNS = (
     "name",
     "type",
@@ -321,10 +330,21 @@ JOB_COLUMNS = (
     "overlap",
     "paused",
 )
+NOTIFY_COLUMNS = (
+    "pause_after_failures",
+    "job_failing_after",
+    "expect_success_within_seconds",
+    "late_after_seconds",
+    "ping_url",
+)
 
 
 def _job_args(spec: JobSpec) -> list[Any]:
-    return [*(getattr(spec, c) for c in JOB_COLUMNS), *spec.exit_policy.columns()]
+    return [
+        *(getattr(spec, c) for c in JOB_COLUMNS),
+        *spec.exit_policy.columns(),
+        *(getattr(spec, c) for c in NOTIFY_COLUMNS),
+    ]
 
 
 def _job(row: Record | None) -> Job | None:

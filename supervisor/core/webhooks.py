@@ -76,6 +76,9 @@ def slack_text(event: str, data: dict[str, Any]) -> str:
         "run_overlap_skipped": "run skipped: the previous one was still running",
         "job_failing": "job is failing ({streak} dead in a row)",
         "job_recovered": "job recovered",
+        "job_auto_paused": "{reason}",
+        "job_silent": "job is silent: no success for {silent_seconds} s",
+        "run_late": "run is late by {late_seconds} s",
         "worker_lost": "worker {worker_id} stopped renewing its leases",
         "test": "test notification",
     }.get(event, event)

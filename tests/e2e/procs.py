@@ -117,9 +117,11 @@ class Cluster:
         metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
         settings: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> Supervisor:
         """Start a supervisor offering `types` (type -> handler; a bare name is both), with
-        `settings` (type -> TOML lines) in their handler tables."""
+        `settings` (type -> TOML lines) in their handler tables; `env`: supervisor settings
+        as environment variables (PUNCHCLOCK_*), since ours never leak into it."""
         mapping = dict(types) if isinstance(types, dict) else {t: t for t in types}
         path = self.tmp_path / f"handlers-{worker_id}.toml"
         toml = write_handlers_toml(path, mapping, settings)
@@ -149,7 +151,7 @@ class Cluster:
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         argv += extra_args
-        return self._spawn(worker_id, argv, log_path)
+        return self._spawn(worker_id, argv, log_path, env)
 
     def start_api(self, port: int, *, dsn: str | None = None) -> Supervisor:
         """Start the API process on 127.0.0.1:`port` (no tokens: loopback only); its log and
@@ -158,8 +160,10 @@ class Cluster:
         argv += ["--listen", f"127.0.0.1:{port}"]
         return self._spawn("api", argv, self.tmp_path / "api.log")
 
-    def _spawn(self, worker_id: str, argv: list[str], log_path: Path) -> Supervisor:
-        sup = Supervisor.spawn(worker_id, argv, log_path, cwd=ROOT)
+    def _spawn(
+        self, worker_id: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> Supervisor:
+        sup = Supervisor.spawn(worker_id, argv, log_path, cwd=ROOT, env=env)
         _managed.add(sup.pid)
         self.supervisors.append(sup)
         return sup

@@ -43,6 +43,7 @@ async def test_channel_lifecycle_never_returns_a_secret(api: Client, store: Stor
     assert created["destination"] == "https://hooks.example.com"
     assert created["secret_set"] is True and created["header_names"] == ["X-Api-Key"]
     assert created["all_jobs"] == ["worker_lost"] and created["format"] == "punchclock"
+    assert created["include_payload"] is False  # payloads are opt-in
     slack = await api.post(
         "/v1/channels", json={"name": "chat", "url": SLACK_URL, "format": "slack"}
     )
@@ -86,6 +87,7 @@ async def test_channel_validation_names_each_field(api: Client, store: Store) ->
         ({**HOOK, "headers": {"webhook-id": "x"}}, ["headers.webhook-id"]),
         ({**HOOK, "name": ".hidden", "colour": 1}, ["colour", "name"]),
         ({"url": HOOK["url"], "secret": SECRET}, ["name"]),
+        ({**HOOK, "include_payload": "yes"}, ["include_payload"]),
     ]
     for body, fields in cases:
         assert await _problem(await api.post("/v1/channels", json=body), 422) == fields, body

@@ -169,6 +169,22 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("dead_on bad name", {"dead_on": [65, "segv"]}, "dead_on[1]", "oom_killed"),
     ("retry_on and dead_on", {"retry_on": [3], "dead_on": [3]}, "retry_on[0]", "dead_on"),
     ("dead_on a success", {"success_exit_codes": [0, 1], "dead_on": [1]}, "dead_on[0]", "success"),
+    ("pause after 0", {"pause_after_failures": 0}, "pause_after_failures", "between 1 and 1000"),
+    ("pause after 1001", {"pause_after_failures": 1001}, "pause_after_failures", "1 and 1000"),
+    ("pause after text", {"pause_after_failures": "3"}, "pause_after_failures", "whole number"),
+    ("failing after 0", {"job_failing_after": 0}, "job_failing_after", "between 1 and 1000"),
+    ("failing after null", {"job_failing_after": None}, "job_failing_after", "cannot be null"),
+    ("failing after 1.5", {"job_failing_after": 1.5}, "job_failing_after", "whole number"),
+    (
+        "silent after 0",
+        {"expect_success_within_seconds": 0},
+        "expect_success_within_seconds",
+        "between 1 and 31622400",
+    ),
+    ("late after a year", {"late_after_seconds": 1e9}, "late_after_seconds", "1 and 604800"),
+    ("ping_url ftp", {"ping_url": "ftp://hc.example/x"}, "ping_url", "http or https"),
+    ("ping_url query", {"ping_url": "https://hc.example/x?a=1"}, "ping_url", "query"),
+    ("ping_url number", {"ping_url": 5}, "ping_url", "http or https"),
 ]
 
 

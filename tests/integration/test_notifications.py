@@ -275,3 +275,65 @@ async def test_run_late_is_raised_once_per_late_run(store: Store) -> None:
     [row] = await sql_rows(store, "SELECT event, run_id, data FROM outbox")
     assert (row["event"], row["run_id"]) == ("run_late", late)
     assert row["data"]["run"]["late_seconds"] >= 120
+
+
+async def test_only_a_channel_that_opts_in_receives_the_run_payload(store: Store) -> None:
+    plain, opted = Receiver(), Receiver()
+    for r in (plain, opted):
+        await r.start()
+    try:
+        await _channel(store, plain.url, "plain")
+        await _channel(store, opted.url, "opted", include_payload=True)
+        rules = (NotifyRule("plain", ("run_dead",)), NotifyRule("opted", ("run_dead",)))
+        run_id = await due_run(store, "a", payload={"token": "s3cret"}, notify=rules)
+        await _finish(store, {run_id: RunStatus.DEAD})
+        await _deliver(_notifier(store))
+        [p], [o] = plain.received, opted.received
+        assert "payload" not in p.json["data"] and b"s3cret" not in p.body
+        assert o.json["data"]["payload"] == {"token": "s3cret"} and o.verified
+        rows = await sql_rows(store, "SELECT data FROM outbox")
+        assert all("payload" not in r["data"] for r in rows), "never stored in the outbox"
+    finally:
+        for r in (plain, opted):
+            await r.stop()
+
+
+async def test_delivery_latency_is_a_histogram_by_channel(store: Store, receiver: Receiver) -> None:
+    from supervisor.core.metrics import Metrics
+
+    cid = await _channel(store, receiver.url)
+    await channels.test_channel(store, cid)
+    await sql(store, "UPDATE outbox SET created_at = now() - interval '90 seconds'")
+    n, m = _notifier(store), Metrics("test")
+    n.instrument(m)
+    await _deliver(n)
+    await n.close()
+    text = m.render().decode()
+    assert 'punchclock_notify_delivery_latency_seconds_count{channel="ops"} 1.0' in text
+    assert 'punchclock_notify_delivery_latency_seconds_bucket{channel="ops",le="60"} 0.0' in text
+    assert 'punchclock_notify_delivery_latency_seconds_bucket{channel="ops",le="120"} 1.0' in text
+
+
+async def test_readyz_warns_of_channels_whose_deliveries_failed_for_an_hour(
+    store: Store, pool: Any
+) -> None:
+    from supervisor.core.health import readiness
+
+    down = await _channel(store, "http://127.0.0.1:9/hook", "down")
+    flaky = await _channel(store, "http://127.0.0.1:9/hook", "flaky")
+    for cid in (down, flaky):  # an event tried and undelivered for two hours
+        await channels.test_channel(store, cid)
+    await sql(store, "UPDATE outbox SET attempts = 1, created_at = now() - interval '2 hours'")
+    fresh = await channels.test_channel(store, flaky)  # flaky delivered one ten minutes ago
+    await sql(
+        store,
+        "UPDATE outbox SET status = 'delivered', finished_at = now() - interval '10 minutes'"
+        " WHERE id = $1",
+        fresh,
+    )
+    ok, body = await readiness(pool, 60.0)
+    assert ok, "a warning, not unreadiness"
+    [warning] = body["failing_channels"]
+    assert (warning["channel_name"], warning["pending_deliveries"]) == ("down", 1)
+    await sql(store, "UPDATE outbox SET created_at = now() - interval '5 minutes'")
+    assert "failing_channels" not in (await readiness(pool, 60.0))[1]

@@ -7,7 +7,7 @@ from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
 from supervisor.pruner import Pruner
 
-from ..factory import count, run_ids, sql
+from ..factory import count, run_ids, sql, sql_rows
 from ..helpers import job
 
 
@@ -65,3 +65,49 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
     assert pruner.pruned == 4
     assert await count(store, "run_attempts", "run_id=$1", ids[0]) == 0
     assert (await store.get_job(row.id)) is not None
+
+
+async def test_finished_deliveries_past_retention_go_in_batches_pending_ones_stay(
+    store: Store,
+) -> None:
+    from supervisor.core import channels
+    from supervisor.core.events import ChannelSpec
+
+    from ..notify_support import SECRET
+
+    spec = ChannelSpec(name="ops", url="http://127.0.0.1:9/hook", secret=SECRET)
+    cid = (await channels.create_channel(store, spec)).id
+    ids = [await channels.test_channel(store, cid) for _ in range(6)]
+    # (Each row's state is the test's point: one-off statements.)
+    cases = {  # id: (status, age in days)
+        ids[0]: ("delivered", 31),  # pruned
+        ids[1]: ("failed", 31),  # pruned
+        ids[2]: ("delivered", 31),  # pruned
+        ids[3]: ("pending", 31),  # kept: never delivered, still tried
+        ids[4]: ("delivered", 29),  # kept
+        ids[5]: ("failed", 1),  # kept
+    }
+    for outbox_id, (st, days) in cases.items():
+        await sql(
+            store,
+            "update outbox set status = $2, created_at = now() - make_interval(days => $3),"
+            " finished_at = CASE WHEN $2 <> 'pending' THEN now() END where id = $1",
+            outbox_id,
+            st,
+            days,
+        )
+    await sql(
+        store,
+        "insert into delivery_attempts (outbox_id, attempt, worker_id, duration_seconds)"
+        " values ($1, 1, 'w', 0.1)",
+        ids[0],
+    )
+    pruner = Pruner(store, keep_succeeded_days=30, keep_failed_days=90, batch=2)
+    passes = [await pruner.run_once()]
+    while passes[-1].next_in == 0.0:
+        passes.append(await pruner.run_once())
+    assert [p.deliveries for p in passes] == [2, 1]
+    left = {r["id"] for r in await sql_rows(store, "select id from outbox")}
+    assert left == {ids[3], ids[4], ids[5]}
+    assert pruner.pruned_deliveries == 3
+    assert await count(store, "delivery_attempts") == 0

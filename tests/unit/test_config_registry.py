@@ -31,6 +31,12 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ("", {"PUNCHCLOCK_API_TOKENS": "root:short"}, "api_tokens"),
         ("log_level = 'loud'\n", {}, "log_level"),
         ("lease_ttl = \n", {}, "config file"),
+        ("heartbeat_ping_url = 'ftp://x'\n", {}, "heartbeat_ping_url: must be an http"),
+        (
+            "heartbeat_ping_url = 'https://evil.test/p'\nnotify_allowed_hosts = ['hc-ping.com']\n",
+            {},
+            "heartbeat_ping_url: host 'evil.test' is not in notify_allowed_hosts",
+        ),
     ],
 )
 def test_invalid_settings_are_named(

@@ -55,6 +55,11 @@ def _fields(body: Any, base: JobSpec | None = None) -> list[str]:
         ({"cron": None}, "cron"),
         ({"colour": "red"}, "colour"),
         ({"paused": None}, "paused"),
+        ({"pause_after_failures": 0}, "pause_after_failures"),
+        ({"pause_after_failures": True}, "pause_after_failures"),
+        ({"job_failing_after": 1001}, "job_failing_after"),
+        ({"expect_success_within_seconds": 0}, "expect_success_within_seconds"),
+        ({"late_after_seconds": "60"}, "late_after_seconds"),
     ],
 )
 def test_each_invalid_field_is_named(change: dict[str, Any], field: str) -> None:
@@ -114,6 +119,11 @@ def _row(**kw: Any) -> dict[str, Any]:
         "success_exit_codes": [0, 3],
         "dead_on": ["65", "timeout"],
         "retry_on": None,
+        "pause_after_failures": 5,
+        "job_failing_after": 2,
+        "expect_success_within_seconds": 7200.0,
+        "late_after_seconds": None,
+        "ping_url": None,
         "planned_until": None,
         "plan_after": NOW,
         "created_at": NOW - timedelta(hours=1),
@@ -128,6 +138,8 @@ def test_from_row_types_every_field() -> None:
     assert job.id == 7 and job.spec.overlap is Overlap.WAIT and job.spec.catchup is Catchup.LATEST
     assert job.spec.exit_policy.success_exit_codes == (0, 3)
     assert job.spec.exit_policy.view()["dead_on"] == [65, "timeout"]
+    assert (job.spec.pause_after_failures, job.spec.job_failing_after) == (5, 2)
+    assert (job.spec.expect_success_within_seconds, job.spec.late_after_seconds) == (7200, None)
     assert isinstance(job.spec.schedule, CronSchedule)
     assert job.spec.schedule_columns == ("0 * * * *", None, "Europe/Berlin")
     assert len(plan_job(job, NOW, PlanLimits()).rows) == 25  # 11:00 .. 12:00 + 24 h

@@ -1,0 +1,56 @@
+"""The deliveries page without a browser: newest first, status and channel filters, keyset
+pages, a bad filter named, and never a channel's secret or URL path."""
+
+from __future__ import annotations
+
+import re
+
+from supervisor.core import channels
+from supervisor.core.events import ChannelSpec
+from supervisor.core.store import Store
+
+from .. import factory
+from ..notify_support import SECRET
+from .conftest import Ui
+
+
+def ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<td class="num mono">(\d+)</td>', html)]
+
+
+async def _channel(store: Store, name: str) -> int:
+    url = f"https://hooks.example.com/services/{name}-PATHSECRET"
+    return (await channels.create_channel(store, ChannelSpec(name, url, secret=SECRET))).id
+
+
+async def test_deliveries_newest_first_filtered_and_paged(ui_reader: Ui, store: Store) -> None:
+    ops, pager = await _channel(store, "ops"), await _channel(store, "pager")
+    sent = [await channels.test_channel(store, ops) for _ in range(60)]
+    failed = await channels.test_channel(store, pager)
+    await factory.sql(  # one delivery failed for good (the row's state is the point)
+        store,
+        "UPDATE outbox SET status = 'failed', attempts = 9, last_status = 500,"
+        " last_error = 'HTTP 500', finished_at = now() WHERE id = $1",
+        failed,
+    )
+    status, html = await ui_reader.get("/ui/deliveries")
+    assert status == 200
+    assert ids(html) == [failed, *sent[::-1]][:50]
+    assert "PATHSECRET" not in html and SECRET not in html and SECRET[6:] not in html
+    found = re.search(r'<a href="([^"]+)" rel="next">', html)
+    assert found is not None
+    _, older = await ui_reader.get(found.group(1).replace("&amp;", "&"))
+    assert ids(older) == sent[::-1][49:]
+    _, html = await ui_reader.get("/ui/deliveries?status=failed")
+    assert ids(html) == [failed] and "HTTP 500" in html
+    _, html = await ui_reader.get("/ui/deliveries?channel=ops&status=pending")
+    assert ids(html)[:3] == sent[::-1][:3] and failed not in ids(html)
+    _, html = await ui_reader.get("/ui/deliveries?channel=nosuch")
+    assert ids(html) == [] and "No delivery matches" in html
+    status, html = await ui_reader.get("/ui/deliveries?status=lost")
+    assert status == 422 and "status" in html
+
+
+async def test_deliveries_need_a_session(ui_anon: Ui) -> None:
+    status, _ = await ui_anon.get("/ui/deliveries")
+    assert status in (302, 303, 401)
