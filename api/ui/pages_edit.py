@@ -16,11 +16,12 @@ from aiohttp import web
 from api.ui import preview
 from api.ui.guard import PREFIX, Refused, redirect
 from api.ui.pages_jobs import _job
-from api.ui.site import UI_LIMITS, is_admin, render, store
+from api.ui.site import UI_CONFIG, UI_LIMITS, is_admin, render, store
 from supervisor.core import jobs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.errors import Conflict, InvalidSpec
+from supervisor.core.events import destination
 from supervisor.core.model import Catchup, Overlap
 
 routes = web.RouteTableDef()
@@ -32,13 +33,23 @@ NUMBERS = {  # form field -> (body path, integer)
     "retry_cap_seconds": (("retry", "cap_seconds"), False),
     "catchup_window_seconds": (("catchup_window_seconds",), False),
     "max_concurrent": (("max_concurrent",), True),
+    "pause_after_failures": (("pause_after_failures",), True),
+    "job_failing_after": (("job_failing_after",), True),
+    "expect_success_within_seconds": (("expect_success_within_seconds",), False),
+    "late_after_seconds": (("late_after_seconds",), False),
 }
-NULL_WHEN_EMPTY = ("timeout_seconds", "max_concurrent")  # editing: an empty field is none
+# Editing: an empty field is none.
+NULL_WHEN_EMPTY = ("timeout_seconds", "max_concurrent", "pause_after_failures",
+                   "expect_success_within_seconds", "late_after_seconds")  # fmt: skip
 # Lists typed as comma-separated items (numbers become numbers), and what empty means.
 LISTS = {"success_exit_codes": [0], "dead_on": [], "retry_on": None}
 ZONES = sorted(available_timezones())
 TEXT = ("name", "type", "cron", "timezone", "run_at", "payload", "catchup", "overlap",
-        "concurrency_group", "notify", *LISTS)  # fmt: skip
+        "concurrency_group", "notify", "ping_url", *LISTS)  # fmt: skip
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
 
 
 def _items(values: list[Any] | None) -> str:
@@ -51,7 +62,13 @@ def _values(spec: JobSpec | None, notify: list[dict[str, Any]] | None = None) ->
     policy = s.exit_policy.view()
     return {
         **{name: _items(policy[name]) for name in LISTS},
-        "max_concurrent": "" if s.limits.max_concurrent is None else str(s.limits.max_concurrent),
+        "max_concurrent": _num(s.limits.max_concurrent),
+        "pause_after_failures": _num(s.pause_after_failures),
+        "job_failing_after": _num(s.job_failing_after),
+        "expect_success_within_seconds": _num(s.expect_success_within_seconds),
+        "late_after_seconds": _num(s.late_after_seconds),
+        "ping_url": "",  # write-only: the form shows where it points, never the URL
+        "ping_destination": "" if s.ping_url is None else destination(s.ping_url),
         "concurrency_group": s.limits.group or "",
         "notify": json.dumps(notify, indent=2) if notify else "",
         "name": s.name,
@@ -75,6 +92,7 @@ def _values(spec: JobSpec | None, notify: list[dict[str, Any]] | None = None) ->
 def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """(the API body, errors the form alone can tell, the text typed)."""
     typed = {k: str(form.get(k, "")).strip() for k in (*TEXT, *NUMBERS, "kind", "paused")}
+    typed["ping_destination"] = str(form.get("ping_destination", ""))
     errors: dict[str, str] = {}
     body: dict[str, Any] = {"name": typed["name"], "type": typed["type"]}
     body["timezone"] = typed["timezone"] or "UTC"
@@ -114,6 +132,10 @@ def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dic
         items = [i for i in typed[name].replace(",", " ").split() if i]
         body[name] = [int(i) if i.isdigit() else i for i in items] if items else empty
     body["concurrency_group"] = typed["concurrency_group"] or None
+    if typed["ping_url"]:  # editing, empty: the stored URL stays (it is never shown)
+        body["ping_url"] = typed["ping_url"]
+    if form.get("ping_url_clear"):
+        body["ping_url"] = None
     if typed["notify"]:
         try:
             body["notify"] = json.loads(typed["notify"])
@@ -231,12 +253,14 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
     body, errors, typed = _body(form, job is not None)
     values = {**typed, "kind": typed["kind"] or "cron"}
     limits = request.app[UI_LIMITS]
+    hosts = request.app[UI_CONFIG].notify_allowed_hosts
     if not errors:
         try:
             if job is None:
-                saved = await jobs.create_job(store(request), jobs.validate_job(body), limits)
+                spec = jobs.validate_job(body, allowed_hosts=hosts)
+                saved = await jobs.create_job(store(request), spec, limits)
             else:
-                saved = await jobs.update_job(store(request), job.id, body, limits)
+                saved = await jobs.update_job(store(request), job.id, body, limits, hosts)
         except jobs.InvalidSpecs as exc:
             errors = {_field(e.field): e.message for e in exc.errors}
         except Conflict as exc:

@@ -19,6 +19,7 @@ from api.ui.site import dash, render, store
 from supervisor.core import runs, schedule
 from supervisor.core.domain import Job, UnloadableSchedule
 from supervisor.core.errors import NotFound
+from supervisor.core.events import destination
 from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
@@ -57,6 +58,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "problem": problem,
         "reason": job.pause_reason,
         "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True),
+        "ping_destination": destination(job.spec.ping_url) if job.spec.ping_url else None,
         "back": request.path,
         "notice": _notice(request),
         "timeline": await _timeline(request, job, now),

@@ -153,6 +153,11 @@ async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: S
         "max_concurrent": "4",
         "concurrency_group": "db-heavy",
         "notify": '[{"channel": "ops", "events": ["run_dead"]}]',
+        "pause_after_failures": "3",
+        "job_failing_after": "2",
+        "expect_success_within_seconds": "7200",
+        "late_after_seconds": "90",
+        "ping_url": "https://hc.example.com/ping/s3cr3t-token",
     }
     r = await ui_admin.post("/ui/jobs/new", form)
     html = await r.text()
@@ -165,10 +170,18 @@ async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: S
         "retry_on": None,
     }
     assert (job.spec.limits.max_concurrent, job.spec.limits.group) == (4, "db-heavy")
+    s = job.spec
+    assert (s.pause_after_failures, s.job_failing_after) == (3, 2)
+    assert (s.expect_success_within_seconds, s.late_after_seconds) == (7200, 90)
+    assert s.ping_url == "https://hc.example.com/ping/s3cr3t-token"
     _, html = await ui_admin.get(f"/ui/jobs/{job.id}")
     assert "at most 4 at once, in group <strong>db-heavy</strong>" in html
+    assert "job_failing after 2 dead run(s) in a row; paused after 3" in html
+    assert "pings https://hc.example.com" in html and "s3cr3t" not in html
     assert "success on 0, 3; dead at once on 65, timeout; retried: every other failure" in html
     _, html = await ui_admin.get(f"/ui/jobs/{job.id}/edit")
+    assert "s3cr3t" not in html and "set, to https://hc.example.com" in html  # write-only
+    assert 'value="7200"' in html and 'value="90"' in html
     assert 'value="0, 3"' in html and 'value="65, timeout"' in html and 'value="db-heavy"' in html
     assert "&#34;channel&#34;: &#34;ops&#34;" in html
     # Errors from the API land at their fields; nothing changes.
@@ -186,9 +199,16 @@ async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: S
         assert r.status == 422 and f'id="{field}-error"' in html, field
     again = await store.get_job_by_name("nightly")
     assert again is not None and again.spec == job.spec
-    # Empty fields mean none: no limit, no group, no subscriptions.
-    cleared = {**form, "max_concurrent": "", "concurrency_group": "", "notify": ""}
+    # Empty fields mean none: no limit, no group, no subscriptions, no auto-pause; an empty
+    # ping URL keeps the stored one (it is never shown), the checkbox removes it.
+    cleared = {**form, "max_concurrent": "", "concurrency_group": "", "notify": "",
+               "pause_after_failures": "", "ping_url": ""}  # fmt: skip
     r = await ui_admin.post(f"/ui/jobs/{job.id}/edit", cleared)
     assert r.status == 303
     after = await store.get_job_by_name("nightly")
     assert after is not None and not after.spec.limits.limited
+    assert after.spec.pause_after_failures is None and after.spec.ping_url == s.ping_url
+    r = await ui_admin.post(f"/ui/jobs/{job.id}/edit", {**cleared, "ping_url_clear": "on"})
+    assert r.status == 303
+    after = await store.get_job_by_name("nightly")
+    assert after is not None and after.spec.ping_url is None
