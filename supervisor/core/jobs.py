@@ -178,7 +178,7 @@ def validate_pause(body: Any) -> str | None:
         errors.append(InvalidSpec("reason", "must be a string or null"))
     elif reason is not None and "\x00" in reason:
         errors.append(InvalidSpec("reason", "must not contain NUL characters"))
-    elif reason is not None and len(reason.strip()) > MAX_PAUSE_REASON:
+    elif reason is not None and len(reason) > MAX_PAUSE_REASON:  # as sent (OpenAPI maxLength)
         errors.append(InvalidSpec("reason", f"must be at most {MAX_PAUSE_REASON} characters"))
     if errors:
         raise InvalidSpecs(errors)
