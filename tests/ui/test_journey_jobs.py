@@ -80,4 +80,7 @@ async def test_read_session_has_no_buttons_and_its_posts_are_refused(
         await tab.get_by_role("link", name="Workers").click()
         await expect(tab.get_by_role("heading", name="Workers")).to_be_visible()
         await w.shot("workers")
+        await tab.get_by_role("link", name="Deliveries").click()
+        await expect(tab.get_by_role("heading", name="Deliveries")).to_be_visible()
+        await w.shot("deliveries")
         w.no_errors()
