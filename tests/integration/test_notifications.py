@@ -5,7 +5,6 @@ retry window; a rolled-back change emits nothing."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,16 +23,6 @@ from ..notify_support import SECRET, Receiver, verify
 
 TTL = 30.0
 ALL = ("run_dead", "run_failed", "job_failing", "job_recovered", "worker_lost")
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    try:
-        yield r
-    finally:
-        await r.stop()
 
 
 async def _channel(store: Store, url: str, name: str = "ops", **kw: Any) -> int:

@@ -5,11 +5,8 @@ cluster-wide; ping_url is validated (the allow-list too) and write-only in the A
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
-
-import pytest
 
 from supervisor.core import channels, jobs
 from supervisor.core.model import Outcome, RunStatus
@@ -23,16 +20,6 @@ from ..factory import age_lease, count, due_run, sql, sql_rows, sql_value
 from ..notify_support import Receiver
 
 TTL = 30.0
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    try:
-        yield r
-    finally:
-        await r.stop()
 
 
 def _notifier(store: Store, **kw: Any) -> WebhookNotifier:
