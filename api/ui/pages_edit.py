@@ -92,7 +92,6 @@ def _values(spec: JobSpec | None, notify: list[dict[str, Any]] | None = None) ->
 def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """(the API body, errors the form alone can tell, the text typed)."""
     typed = {k: str(form.get(k, "")).strip() for k in (*TEXT, *NUMBERS, "kind", "paused")}
-    typed["ping_destination"] = str(form.get("ping_destination", ""))
     errors: dict[str, str] = {}
     body: dict[str, Any] = {"name": typed["name"], "type": typed["type"]}
     body["timezone"] = typed["timezone"] or "UTC"
@@ -252,6 +251,8 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
     form = await request.post()
     body, errors, typed = _body(form, job is not None)
     values = {**typed, "kind": typed["kind"] or "cron"}
+    ping = job.spec.ping_url if job else None
+    values["ping_destination"] = "" if ping is None else destination(ping)  # never from the form
     limits = request.app[UI_LIMITS]
     hosts = request.app[UI_CONFIG].notify_allowed_hosts
     if not errors:

@@ -40,8 +40,6 @@ WEEK = 168  # hours
 @dataclass(frozen=True)
 class Day:
     counts: dict[RunStatus, int]  # runs scheduled in the last 24 h and due, per status
-    hours: dict[tuple[datetime, RunStatus], int]  # ended runs per hour and status, a week
-    minutes: dict[tuple[datetime, RunStatus], int]  # the same per minute, last hour
     lateness: Lateness  # the last hour's
     late_hours: dict[datetime, tuple[float | None, float | None, int]]  # p50, p99, n
     charts: dict[str, Markup]  # drawn once per snapshot
@@ -71,7 +69,7 @@ async def take_day(d: Dashboard) -> Day:
             "start lateness p50 and p99 per hour over the last week"
         ),
     }
-    return Day(counts, hours, minutes, lateness, late_hours, charts, now)
+    return Day(counts, lateness, late_hours, charts, now)
 
 
 def day_snapshot() -> Snapshot[Day]:
