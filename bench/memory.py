@@ -76,6 +76,7 @@ async def run(ctx: Context) -> ScenarioResult:
                 dsn=dsn,
                 handlers={TYPE: ["/bin/sleep", str(child_seconds)]},
                 concurrency=k,
+                extra_args=["--log-runs", "all"],  # run_started says a child is up
             )
             await asyncio.sleep(2.0 if ctx.smoke else 5.0)  # planner, claimer, pools settle
             out["supervisor_idle_mb"] = await peak_rss(sup, 1.0)

@@ -150,6 +150,7 @@ class Supervisor:
             on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
             on_started=lambda type_, delay: m.queue_delay.record(delay, {"type": type_}),
             on_ended=lambda ended: record_attempt(m, ended),
+            log_runs=cfg.log_runs == "all",
         )
         claimer = Claimer(
             store,

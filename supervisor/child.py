@@ -43,6 +43,10 @@ class ChildSpec:
     # Monotonic instant at which the keeper kills the tree unless set_kill_by() moves it:
     # the lease's backstop that works while our event loop does not (keeper.py).
     kill_by: float | None = None
+    # A child-id prefix the keeper already watches until `kill_by` (Keeper.announce_batch,
+    # one message for a claim's children): the child's id starts with it and it is not
+    # announced on its own. Ignored with a cgroup (its announcement names the directories).
+    announced: str = ""
 
 
 @dataclass(frozen=True)

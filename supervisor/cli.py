@@ -41,6 +41,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> Config:
             "poll_interval",
             "misfire_grace",
             "log_level",
+            "log_runs",
         )
     }
     if getattr(args, "handlers", None):
@@ -297,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--poll-interval", type=float, help="fallback poll seconds [PUNCHCLOCK_POLL_INTERVAL]"
+    )
+    p.add_argument(
+        "--log-runs",
+        choices=("failures", "all"),
+        help="per-run lines at info: failures, or all (also started/succeeded) "
+        "[PUNCHCLOCK_LOG_RUNS]",
     )
     p.add_argument("--misfire-grace", type=float, help="seconds before a late run is missed")
     p.add_argument("--metrics-listen", help="HOST:PORT for metrics [PUNCHCLOCK_METRICS_LISTEN]")

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
@@ -58,8 +59,12 @@ class Executor:
         on_slot_free: Callable[[], None] | None = None,
         on_started: Callable[[str, float], None] | None = None,
         on_ended: Callable[[AttemptEnded], None] | None = None,
+        log_runs: bool = False,
     ) -> None:
         self.store = store
+        # run_started and run_succeeded: info with `log_runs`, else debug (two lines per run
+        # were a tenth of a supervisor's CPU per run at the throughput benchmark's rates).
+        self._routine_level = logging.INFO if log_runs else logging.DEBUG
         self.registry = registry
         self.owner = owner
         self.concurrency = concurrency
@@ -78,6 +83,8 @@ class Executor:
         self.running = 0
         self.running_by_type: dict[str, int] = {}  # what a handler's `concurrency` limits
         self._envs: dict[str, dict[str, str]] = {}  # type -> clean environment (isolation.py)
+        self._batch: tuple[float, str] | None = None  # (claimed_at, prefix) of the last claim
+        self._batch_left: dict[str, int] = {}  # prefix -> children not yet started
         self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
 
     # ------------------------------------------------------------ capacity and leases
@@ -163,11 +170,38 @@ class Executor:
             valid_until=claimed_at + self.lease_ttl,
             wakes_others=row.wakes_others,
         )
+        if self.keeper is not None:
+            entry.batch = self._announced(claimed_at, entry.valid_until)
         old = self.inflight.get(entry.run_id)
         self.inflight[entry.run_id] = entry
         self.running += 1
         self.running_by_type[entry.type] = self.running_by_type.get(entry.type, 0) + 1
         entry.task = asyncio.get_running_loop().create_task(self._execute(entry, row, old))
+
+    def _announced(self, claimed_at: float, valid_until: float) -> str:
+        """The keeper's announcement covering the children of the claim made at
+        `claimed_at` (one per claim: a supervisor frozen before it names a child's group
+        still has it killed before its lease ends)."""
+        if self._batch is None or self._batch[0] != claimed_at:
+            prefix = uuid.uuid4().hex[:12]
+            self.keeper.announce_batch(prefix, lease.keeper_kill_by(valid_until, self.lease_ttl))
+            self._batch = (claimed_at, prefix)
+            self._batch_left[prefix] = 0
+        prefix = self._batch[1]
+        self._batch_left[prefix] += 1
+        return prefix
+
+    def _spawned(self, entry: InFlight) -> None:
+        """Its child started (and is registered) or never will: the batch needs it no more."""
+        if not entry.batch:
+            return
+        prefix, entry.batch = entry.batch, ""
+        self._batch_left[prefix] -= 1
+        if self._batch_left[prefix] == 0:
+            del self._batch_left[prefix]
+            if self._batch is not None and self._batch[1] == prefix:
+                self._batch = None
+            self.keeper.withdraw(prefix)
 
     def _free_slot(self, entry: InFlight) -> None:
         if not entry.slot_freed:
@@ -214,6 +248,35 @@ class Executor:
             self._free_slot(entry)
 
     async def _run_child(self, entry: InFlight, row: Claim) -> ChildResult:
+        try:
+            spec = await self._child_spec(entry, row)
+            if isinstance(spec, ChildResult):
+                return spec
+            if entry.phase is not Phase.RUNNING:
+                # Lost, fenced or given back before the child even started: starting it now
+                # could overlap another host's execution of the same run.
+                return not_run("not started: the lease was lost or given back first")
+            entry.child = await Child.spawn(spec, self.keeper, self.orphans)
+        finally:
+            self._spawned(entry)
+        queue_delay = (row.started_at - row.scheduled_at).total_seconds()
+        cgroup = {} if entry.child.cgroup is None else {"cgroup": entry.child.cgroup.dirs[0]}
+        self._event(
+            "started",
+            entry,
+            pid=entry.child.pid,
+            scheduled_at=utc_iso(row.scheduled_at),
+            queue_delay=round(queue_delay, 4),
+            **cgroup,
+        )
+        if self.on_started:
+            self.on_started(entry.type, max(0.0, queue_delay))
+        if entry.phase is not Phase.RUNNING:  # while spawning
+            await entry.child.kill("lease lost", 0)
+        return await entry.child.wait()
+
+    async def _child_spec(self, entry: InFlight, row: Claim) -> ChildSpec | ChildResult:
+        """What to start for this run, or the result of an attempt that cannot start."""
         handler = self.registry.handlers.get(row.type)
         if handler is None:  # unregistered since the claim: fail the attempt, keep going
             return not_run(f"no handler registered for type {row.type!r} on this host")
@@ -237,7 +300,7 @@ class Executor:
             "PUNCHCLOCK_LEASE_TOKEN": str(row.lease_token),
             "PUNCHCLOCK_DEADLINE": utc_iso(deadline),
         }
-        spec = ChildSpec(
+        return ChildSpec(
             argv=list(handler.argv),
             env=env,
             stdin=json.dumps(row.payload).encode(),
@@ -253,27 +316,8 @@ class Executor:
             kill_grace=self.kill_grace,
             output_limit=self.output_limit,
             kill_by=lease.keeper_kill_by(entry.valid_until, self.lease_ttl),
+            announced=entry.batch,
         )
-        if entry.phase is not Phase.RUNNING:
-            # Lost, fenced or given back before the child even started: starting it now
-            # could overlap another host's execution of the same run.
-            return not_run("not started: the lease was lost or given back first")
-        entry.child = await Child.spawn(spec, self.keeper, self.orphans)
-        queue_delay = (row.started_at - row.scheduled_at).total_seconds()
-        cgroup = {} if entry.child.cgroup is None else {"cgroup": entry.child.cgroup.dirs[0]}
-        self._event(
-            "started",
-            entry,
-            pid=entry.child.pid,
-            scheduled_at=utc_iso(row.scheduled_at),
-            queue_delay=round(queue_delay, 4),
-            **cgroup,
-        )
-        if self.on_started:
-            self.on_started(entry.type, max(0.0, queue_delay))
-        if entry.phase is not Phase.RUNNING:  # while spawning
-            await entry.child.kill("lease lost", 0)
-        return await entry.child.wait()
 
     def _completion(self, entry: InFlight, row: Claim, result: ChildResult) -> Completion:
         kill_by = lease.keeper_kill_by(entry.valid_until, self.lease_ttl)
@@ -369,6 +413,15 @@ class Executor:
         return len(released)
 
     def _event(self, event: str, entry: InFlight, **fields: Any) -> None:
+        level = (
+            self._routine_level
+            if event in ("started", "succeeded")
+            else logging.INFO
+            if event == "retry_scheduled"
+            else logging.WARNING
+        )
+        if not log.isEnabledFor(level):
+            return
         data = {
             "run_id": entry.run_id,
             "job_name": entry.job_name,
@@ -377,9 +430,4 @@ class Executor:
             "worker_id": self.owner,
             **fields,
         }
-        level = (
-            logging.INFO
-            if event in ("started", "succeeded", "retry_scheduled")
-            else logging.WARNING
-        )
         log_event(log, f"run_{event}", level=level, **data)

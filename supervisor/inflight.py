@@ -53,6 +53,7 @@ class InFlight:
     # start while this result is still being recorded.
     slot_freed: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    batch: str = ""  # the keeper's batch announcement covering its spawn (Executor.start)
 
     def move(self, to: Phase) -> None:
         if to not in NEXT_PHASES[self.phase]:

@@ -81,6 +81,16 @@ class Keeper:
         killed whole (cgkill.py) wherever its processes went."""
         self._send(f"={child_id} {kill_by:.6f}{_dirs(cgroup)}\n".encode(), now=True)
 
+    def announce_batch(self, prefix: str, kill_by: float) -> None:
+        """`announce` for every child whose id will start with `prefix` (one claim's
+        children: one write and one keeper wake-up instead of one per child). `withdraw`
+        it once they are all registered."""
+        self._send(f"={prefix}* {kill_by:.6f}\n".encode(), now=True)
+
+    def withdraw(self, prefix: str) -> None:
+        """The children of `announce_batch(prefix)` are registered (or never started)."""
+        self._send(f"-0 {prefix}*\n".encode())
+
     def register(
         self,
         pgid: int,

@@ -6,7 +6,9 @@ supervisor's handle on it is `keeper.Keeper`.
 
 Run as `python -m supervisor.keeperd <instance_id>`; it reads lines on stdin:
 `=<child_id> <kill_by>` announces a child about to be spawned (written before the spawn, so
-a supervisor frozen right after it cannot leave the child without a deadline),
+a supervisor frozen right after it cannot leave the child without a deadline); `=<prefix>*`
+announces every child whose id starts with prefix (a claim's batch; `-0 <prefix>*` withdraws
+it once they are named),
 `+<pgid> <kill_by> <child_id>` names its process group (or moves its deadline); either may
 end in `\t<dir>`... naming the run's cgroup directories, killed whole (cgkill.py) with it,
 `-<pgid> <child_id>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
@@ -49,8 +51,9 @@ def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:
     return True
 
 
-def _kill_marked(marker: bytes) -> None:
-    """SIGKILL every process whose environment holds `marker` (NAME=value)."""
+def _kill_marked(marker: bytes, prefix: bool = False) -> None:
+    """SIGKILL every process whose environment holds `marker` (NAME=value), or with
+    `prefix` an entry that starts with it."""
     me = os.getpid()
     # Repeat: a marked process may fork between our reading its environ and killing it.
     for _ in range(5):
@@ -63,7 +66,8 @@ def _kill_marked(marker: bytes) -> None:
                     environ = f.read()
             except OSError:
                 continue
-            if marker in environ.split(b"\0"):
+            entries = environ.split(b"\0")
+            if marker in entries or (prefix and any(e.startswith(marker) for e in entries)):
                 killed = _sigkill(os.kill, int(name)) or killed
         if not killed:
             return
@@ -116,7 +120,9 @@ def _kill_overdue(children: Table, now: float) -> None:
                 children[child_id] = Entry(0.0, 0, entry.cgroup)
             if pgid:
                 _sigkill(os.killpg, int(pgid))
-            if not child_id.startswith("pg"):
+            if child_id.endswith("*"):  # a batch announcement
+                _kill_marked(f"{CHILD_ID_ENV}={child_id[:-1]}".encode(), prefix=True)
+            elif not child_id.startswith("pg"):
                 _kill_marked(f"{CHILD_ID_ENV}={child_id}".encode())
             late = round(now - kill_by, 3)
             sys.stderr.write(

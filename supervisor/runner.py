@@ -58,7 +58,8 @@ class Child:
         self.spec = spec
         self.keeper = keeper
         self.orphans = orphans
-        self.child_id = uuid.uuid4().hex
+        batch = spec.announced if spec.cgroup is None else ""
+        self.child_id = batch + uuid.uuid4().hex[len(batch) :]
         self.pid = None
         self.started_monotonic = time.monotonic()
         self._loop = asyncio.get_running_loop()
@@ -140,7 +141,8 @@ class Child:
                 return
         if self.keeper is not None:
             env[INSTANCE_ENV] = self.keeper.instance_id
-            if spec.kill_by is not None or self.cgroup is not None:
+            announced = spec.announced != "" and self.cgroup is None
+            if (spec.kill_by is not None and not announced) or self.cgroup is not None:
                 self.keeper.announce(self.child_id, spec.kill_by or 0.0, self._cgroup_dirs())
         try:
             proc = start_process(

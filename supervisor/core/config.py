@@ -65,6 +65,11 @@ class Config:
         30.0, "keep delivered and failed notification deliveries this long (by event time)"
     )
     log_level: str = _setting("info", "debug, info, warning or error")
+    log_runs: str = _setting(
+        "failures",
+        "per-run log lines at info: failures (failed, retried, dead, killed) or all (also "
+        "run_started and run_succeeded, which are debug otherwise)",
+    )
     notify_allowed_hosts: tuple[str, ...] = _setting(
         (), "hosts notification channels may send to (.example.com: and subdomains; empty: any)"
     )
@@ -137,6 +142,8 @@ def _validate(cfg: Config) -> None:
         problems.append("output_limit: must not be negative")
     if cfg.cgroups not in {"handler", "all", "off"}:
         problems.append(f"cgroups: must be handler, all or off, not {cfg.cgroups!r}")
+    if cfg.log_runs not in {"failures", "all"}:
+        problems.append(f"log_runs: must be failures or all, not {cfg.log_runs!r}")
     if cfg.log_level.lower() not in {"debug", "info", "warning", "error"}:
         problems.append(f"log_level: must be debug, info, warning or error, not {cfg.log_level!r}")
     for tok in cfg.api_tokens:

@@ -147,6 +147,8 @@ class Cluster:
             str(kill_grace),
             "--poll-interval",
             str(poll_interval),
+            "--log-runs",  # the tests read run_started / run_succeeded
+            "all",
         ]
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]

@@ -568,3 +568,46 @@ async def test_keeper_kills_at_the_deadline_a_child_whose_group_it_never_heard_o
         await wait_for(lambda: is_dead(child_pid), timeout=5)
         assert time.monotonic() >= kill_by
         assert psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED
+
+
+FROZEN_AFTER_A_BATCH = """
+import asyncio, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+import supervisor.keeper as keeper_module
+from supervisor.runner import Child, ChildSpec
+
+keeper_module._COALESCE_SECONDS = 3600.0  # only announcements and sync() are written
+
+async def main():
+    keeper = await keeper_module.Keeper.start(sys.argv[2])
+    env = {"PATH": "/usr/bin:/bin", "PUNCHCLOCK_TEST_SESSION": sys.argv[3]}
+    kill_by = time.monotonic() + 1.0
+    # One claim whose child was registered and renewed, its batch withdrawn...
+    keeper.announce_batch("b0b0b0b0b0b0", kill_by)
+    spec = ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by, announced="b0b0b0b0b0b0")
+    renewed = await Child.spawn(spec, keeper)
+    renewed.set_kill_by(kill_by + 3600)
+    keeper.withdraw("b0b0b0b0b0b0")
+    await keeper.sync()
+    # ...and one whose two children the keeper knows only by the batch's announcement.
+    keeper.announce_batch("a1a1a1a1a1a1", kill_by)
+    spec = ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by, announced="a1a1a1a1a1a1")
+    doomed = [await Child.spawn(spec, keeper) for _ in range(2)]
+    print(renewed.pid, *(c.pid for c in doomed), kill_by, flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # frozen before naming their groups
+
+asyncio.run(main())
+"""
+
+
+async def test_keeper_kills_a_claims_children_by_its_batch_announcement() -> None:
+    # One announcement covers a claim's children (Executor.start): a supervisor frozen
+    # before it names their groups still has them killed at the deadline, and a withdrawn
+    # batch leaves a renewed child alone.
+    async with fake_process(FROZEN_AFTER_A_BATCH, SESSION) as (fake, words):
+        renewed, doomed, kill_by = int(words[0]), [int(w) for w in words[1:3]], float(words[3])
+        await wait_for(lambda: psutil.Process(fake.pid).status() == psutil.STATUS_STOPPED)
+        await wait_for(lambda: all(is_dead(pid) for pid in doomed), timeout=5)
+        assert time.monotonic() >= kill_by
+        assert not is_dead(renewed)
+    await wait_for(lambda: is_dead(renewed), timeout=5)
