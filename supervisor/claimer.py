@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 from supervisor.core.db import DB_ERRORS
@@ -99,8 +100,12 @@ class Claimer(Loop):
         # here, so any other run leased to us comes from a claim whose reply we never saw.
         held_ids = list(self.slots.held()) if self.uncertain else None
         held = held_ids
+        # One statement per claim pass commits on its own (two round trips, not four);
+        # several (types at their caps) must succeed or fail together.
+        many = len(batches) > 1
+        skipped: list[Skipped] = []
         try:
-            async with self.store.transaction() as tx:
+            async with self.store.transaction() if many else nullcontext(self.store) as tx:
                 skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
                 rows: list[Claim] = []
                 for types, most in batches:
@@ -109,8 +114,10 @@ class Claimer(Loop):
                         held = None  # the recovery runs once, in the first statement
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
+            self._skipped(skipped if not many else [])  # committed on its own
             return ClaimPass(0.01)
         except DB_ERRORS:
+            self._skipped(skipped if not many else [])
             self.uncertain = True
             self._backlog = False
             raise
@@ -119,11 +126,7 @@ class Claimer(Loop):
         self.uncertain = False
         if self.on_claim_latency:
             self.on_claim_latency(time.monotonic() - sent_at)
-        if skipped:
-            for r in skipped:
-                log_event(self.log, "run_skipped", run_id=r.id, job_id=r.job_id, reason=r.reason)
-            if self.on_skipped:
-                self.on_skipped(skipped)
+        self._skipped(skipped)
         unstarted = 0
         for row in rows:
             delay = (row.started_at - row.scheduled_at).total_seconds()
@@ -171,6 +174,12 @@ class Claimer(Loop):
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+
+    def _skipped(self, skipped: list[Skipped]) -> None:
+        for r in skipped:
+            log_event(self.log, "run_skipped", run_id=r.id, job_id=r.job_id, reason=r.reason)
+        if skipped and self.on_skipped:
+            self.on_skipped(skipped)
 
     def _batches(self, free: int) -> list[tuple[list[str], int]]:
         """The claim statements for `free` slots: (types, at most this many runs). Types

@@ -18,6 +18,9 @@ from supervisor.core.model import RunStatus
 from supervisor.core.store import Completion, Store
 
 BATCH = 500
+# A batch waits this long for more results: one statement (and one commit) for several runs.
+# 2 ms took PostgreSQL's CPU per run from 0.22-0.26 to 0.18-0.20 ms in 4,000-run drains.
+COALESCE = 0.002
 
 log = logging.getLogger("punchclock.completer")
 
@@ -62,6 +65,8 @@ class Completer:
                 waiter.cancel()
                 stopper.cancel()
                 continue
+            if len(self._pending) < BATCH and not stop.is_set():
+                await asyncio.sleep(COALESCE)  # pacing: results that end meanwhile join
             batch = self._pending[:BATCH]
             try:
                 recorded = await self._record([c for c, _, _ in batch])
