@@ -19,6 +19,7 @@ class Tail:
         self.buf = bytearray()
         self.truncated = False
         self.fed = 0  # bytes received so far: tells a live reader whether anything is new
+        self.watched = False  # read by an event-loop reader (else only at the child's exit)
 
     def feed(self, data: bytes) -> None:
         self.fed += len(data)

@@ -1,12 +1,13 @@
 """Child processes: start one (spawn.py) with the payload on stdin, watch exit via pidfd,
 keep output tails (output.py), TERM→grace→KILL the whole tree (tree.py), report rusage.
+Output pipes are read at exit, or watched once the child has run for _WATCH_AFTER: a child
+that ends sooner (most do) costs the event loop its pidfd alone.
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import resource
@@ -31,6 +32,9 @@ _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group
 _PIPE_LINGER = 0.2  # how long output pipes may stay open once the process group is gone
 _POLL_MAX = 0.1
+# A child still running this long gets its output pipes watched (before, a chatty one may
+# wait up to this long on a full 64 KiB pipe); one that exits sooner is read at exit.
+_WATCH_AFTER = 0.025
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
 _log = logging.getLogger("punchclock.runner")
 
@@ -72,11 +76,10 @@ class Child:
         self._done: asyncio.Future[ChildResult] = self._loop.create_future()
         self._wake = asyncio.Event()  # set on exit and when a kill deadline moves closer
         self._tails: list[Tail] = []
-        self._stdin: io.FileIO | None = None
-        self._payload = memoryview(spec.stdin)
         self._stop: tuple[ChildEnd, str] | None = None  # (outcome, error) of the first kill request
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.TimerHandle | None = None  # _watch_output, until exit
         self._settling = False  # the tree is gone; only the pipes may still be open
         self._group_gone = False
         # Strong references: the event loop keeps only weak ones to tasks.
@@ -155,6 +158,7 @@ class Child:
                 umask=spec.umask,
                 limits=spec.limits,
                 cgroup=self.cgroup,
+                stdin=spec.stdin,
             )
         except (OSError, ValueError) as exc:
             if self.keeper is not None:
@@ -172,11 +176,8 @@ class Child:
         for file in (proc.stdout, proc.stderr):
             tail = Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
-            self._loop.add_reader(tail.fd, self._on_readable, tail)
             self._tails.append(tail)
-        self._stdin = proc.stdin
-        os.set_blocking(self._stdin.fileno(), False)
-        self._write_stdin()
+        self._watcher = self._loop.call_later(_WATCH_AFTER, self._watch_output)
         if spec.timeout is not None:
             error = f"timed out after {spec.timeout:g}s"
             self._timer = self._loop.call_later(
@@ -189,28 +190,32 @@ class Child:
         else:
             self._loop.add_reader(self._pidfd, self._reap)
 
-    def _write_stdin(self) -> None:
-        if self._stdin is None:
-            return
-        fd = self._stdin.fileno()
-        sent = 0
-        try:
-            while sent < len(self._payload):
-                sent += os.write(fd, self._payload[sent:])
-        except BlockingIOError:
-            self._payload = self._payload[sent:]
-            self._loop.add_writer(fd, self._write_stdin)
-            return
-        except OSError:
-            pass  # EPIPE: not reading its stdin is the child's business
-        self._close_stdin()
+    def _watch_output(self) -> None:
+        """The child runs on: read its output as it comes (and the live tail with it)."""
+        self._watcher = None
+        for tail in self._tails:
+            self._watch(tail)
 
-    def _close_stdin(self) -> None:
-        if self._stdin is not None:
-            self._loop.remove_writer(self._stdin.fileno())
-            self._stdin.close()
-            self._stdin = None
-            self._payload = memoryview(b"")
+    def _watch(self, tail: Tail) -> None:
+        if not tail.watched and not tail.file.closed:
+            tail.watched = True
+            self._loop.add_reader(tail.fd, self._on_readable, tail)
+
+    def _drain(self, tail: Tail) -> None:
+        """At exit: read what the pipe holds; close it at EOF, else watch it (a descendant
+        still holds it open, or writes on)."""
+        while not tail.file.closed and not tail.watched:
+            try:
+                data = os.read(tail.fd, _READ_SIZE)
+            except BlockingIOError:
+                self._watch(tail)
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_stream(tail)
+                return
+            tail.feed(data)
 
     def _on_readable(self, tail: Tail) -> None:
         try:
@@ -228,7 +233,8 @@ class Child:
 
     def _close_stream(self, tail: Tail) -> None:
         if not tail.file.closed:
-            self._loop.remove_reader(tail.fd)
+            if tail.watched:
+                self._loop.remove_reader(tail.fd)
             tail.file.close()
 
     def _reap(self) -> None:
@@ -252,7 +258,11 @@ class Child:
             self._pidfd = -1
         if self._timer is not None:
             self._timer.cancel()
-        self._close_stdin()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+        for tail in self._tails:
+            self._drain(tail)
         self._exited.set_result(None)
         self._wake.set()
         if self._killer is not None:

@@ -1,4 +1,5 @@
-"""Starting one handler process: own session, pipes on 0-2, the child's own PATH.
+"""Starting one handler process: own session, the payload on 0 (a memfd: written before the
+spawn, so no pipe to feed), pipes on 1-2, the child's own PATH.
 
 `os.posix_spawn` (vfork + exec and the environment conversion in C, half of Popen's parent
 CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd, another
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from supervisor import isolation
@@ -33,7 +35,6 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 class Started(NamedTuple):
     pid: int
-    stdin: io.FileIO
     stdout: io.FileIO
     stderr: io.FileIO
     popen: subprocess.Popen[bytes] | None  # only when Popen started it
@@ -50,11 +51,49 @@ def start_process(
     umask: int | None = None,
     limits: tuple[tuple[str, int], ...] = (),
     cgroup: RunCgroup | None = None,
+    stdin: bytes = b"",
 ) -> Started:
-    """Start `argv` in a new session with pipes on 0-2 (inside `cgroup` before it can fork).
-    Raises OSError or ValueError."""
+    """Start `argv` in a new session reading `stdin` from fd 0, with pipes on 1-2 (inside
+    `cgroup` before it can fork). Raises OSError or ValueError."""
     if not argv:
         raise ValueError("empty command")
+    payload = _payload_fd(stdin)
+    try:
+        return _start(argv, env, cwd, payload, user, group, extra_groups, umask, limits, cgroup)
+    finally:
+        os.close(payload)  # the child has its own copy on 0
+
+
+def _payload_fd(data: bytes) -> int:
+    """A file holding `data`, read from offset 0: a memfd (one syscall to fill, no pipe that
+    must be fed while the child runs); an unlinked temporary file where memfds are missing."""
+    try:
+        fd = os.memfd_create("punchclock-payload", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        fd = os.dup(tempfile.TemporaryFile().fileno())  # noqa: SIM115 - the dup outlives it
+        os.set_inheritable(fd, False)
+    try:
+        sent = 0
+        while sent < len(data):  # pwrite: the shared offset stays at 0 for the child
+            sent += os.pwrite(fd, memoryview(data)[sent:], sent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _start(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    payload: int,
+    user: int | None,
+    group: int | None,
+    extra_groups: tuple[int, ...] | None,
+    umask: int | None,
+    limits: tuple[tuple[str, int], ...],
+    cgroup: RunCgroup | None,
+) -> Started:
     identity = user is not None or group is not None
     confined = identity or umask is not None or limits
     _drop_ambient_caps()
@@ -69,9 +108,9 @@ def start_process(
             limits = ()
         argv = [*cgroup.join_argv(), *argv]
         if cwd is None and umask is None and _posix_spawn_ready():
-            return _posix_spawn(argv, env)
+            return _posix_spawn(argv, env, payload)
     elif cwd is None and not confined and _posix_spawn_ready():
-        return _posix_spawn(argv, env)
+        return _posix_spawn(argv, env, payload)
     if limits:
         # Resolved here, so a missing command is a spawn error, not prlimit's exit 127.
         argv = [*isolation.limit_argv(limits), _executable(argv[0], env.get("PATH")), *argv[1:]]
@@ -79,7 +118,7 @@ def start_process(
     # CPython uses vfork unless an identity is set. An own session gives an own group.
     popen = subprocess.Popen(
         argv,
-        stdin=subprocess.PIPE,
+        stdin=payload,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -93,8 +132,8 @@ def start_process(
         umask=-1 if umask is None else umask,
     )
     # bufsize=0: unbuffered FileIO objects, like _posix_spawn's
-    stdin, stdout, stderr = (cast(io.FileIO, f) for f in (popen.stdin, popen.stdout, popen.stderr))
-    return Started(popen.pid, stdin, stdout, stderr, popen)
+    stdout, stderr = (cast(io.FileIO, f) for f in (popen.stdout, popen.stderr))
+    return Started(popen.pid, stdout, stderr, popen)
 
 
 def spawn_error_text(argv: list[str], cwd: str | None, exc: Exception) -> str:
@@ -128,7 +167,7 @@ def _posix_spawn_ready() -> bool:
     """posix_spawn (vfork+exec in C) costs half of Popen's parent CPU per child, but closes
     no descriptors. So, once: make every descriptor this process inherited close-on-exec
     (what Python opens already is), and use it only while 0-2 are open (so pipes land above
-    them and dup2 onto 0-2 cannot misfire). Children then get only their three pipes."""
+    them and dup2 onto 0-2 cannot misfire). Children then get only their payload and pipes."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -141,19 +180,19 @@ def _posix_spawn_ready() -> bool:
     return True
 
 
-def _posix_spawn(argv: list[str], env: dict[str, str]) -> Started:
+def _posix_spawn(argv: list[str], env: dict[str, str], payload: int) -> Started:
     path = _executable(argv[0], env.get("PATH"))
     fds: list[int] = []
     try:
-        for _ in range(3):
+        for _ in range(2):
             fds.extend(os.pipe())  # close-on-exec; dup2 below clears it on 0, 1 and 2 only
-        in_r, in_w, out_r, out_w, err_r, err_w = fds
+        out_r, out_w, err_r, err_w = fds
         pid = os.posix_spawn(
             path,
             argv,
             env,
             file_actions=[
-                (os.POSIX_SPAWN_DUP2, in_r, 0),
+                (os.POSIX_SPAWN_DUP2, payload, 0),
                 (os.POSIX_SPAWN_DUP2, out_w, 1),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),
             ],
@@ -165,9 +204,9 @@ def _posix_spawn(argv: list[str], env: dict[str, str]) -> Started:
         for fd in fds:
             os.close(fd)
         raise
-    for fd in (in_r, out_w, err_w):
+    for fd in (out_w, err_w):
         os.close(fd)
-    return Started(pid, io.FileIO(in_w, "wb"), io.FileIO(out_r, "rb"), io.FileIO(err_r, "rb"), None)
+    return Started(pid, io.FileIO(out_r, "rb"), io.FileIO(err_r, "rb"), None)
 
 
 def _executable(name: str, path: str | None) -> str:
