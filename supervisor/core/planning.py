@@ -7,12 +7,13 @@ transaction). Times come from the database clock passed in as `db_now`.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from supervisor.core.domain import Job
-from supervisor.core.model import Overlap, RunStatus, SkipReason
-from supervisor.core.store import PlannedRow, Store
+from supervisor.core.model import Overlap
+from supervisor.core.store import PlannedRuns, Store
 
 INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
 # Planning a job takes ~0.1 ms of CPU; a batch of 500 would hold the event loop for 50 ms+
@@ -42,7 +43,8 @@ class PlanFailure:
 
 @dataclass(frozen=True)
 class JobPlan:
-    rows: list[PlannedRow]
+    times: list[datetime]  # fire times to insert, ascending
+    missed: int  # the first this many are older than the catch-up window: recorded skipped
     planned_until: datetime
     plan_after: datetime
 
@@ -58,26 +60,13 @@ def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
     spec = job.spec
     start: datetime = job.planned_until or job.created_at
     oldest_runnable = db_now - timedelta(seconds=spec.catchup_window_seconds)
-    exclusive = spec.overlap != Overlap.ALLOW
-
-    def row(at: datetime) -> PlannedRow:
-        missed = at < oldest_runnable
-        return (
-            job.id,
-            at,
-            spec.type,
-            exclusive,
-            spec.max_attempts,
-            RunStatus.SKIPPED if missed else RunStatus.SCHEDULED,
-            SkipReason.MISSED if missed else None,
-        )
 
     at = spec.run_at
     if at is not None:
         # A one-off job has exactly one run (its instant needs no zone); planned_until
         # marks it done.
-        rows = [] if job.planned_until is not None else [row(at)]
-        return JobPlan(rows, at, INFINITY)
+        times = [] if job.planned_until is not None else [at]
+        return JobPlan(times, _missed(times, oldest_runnable), at, INFINITY)
 
     sched = spec.schedule
     horizon_end = db_now + limits.horizon
@@ -96,7 +85,11 @@ def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
         plan_after = db_now  # catching up a long gap: continue next pass
     else:
         plan_after = max(db_now + (until - db_now) / 2, db_now + limits.min_replan)
-    return JobPlan([row(t) for t in times], until, plan_after)
+    return JobPlan(times, _missed(times, oldest_runnable), until, plan_after)
+
+
+def _missed(times: list[datetime], oldest_runnable: datetime) -> int:
+    return bisect.bisect_left(times, oldest_runnable)
 
 
 async def plan_jobs(
@@ -111,7 +104,7 @@ async def plan_jobs(
     With `failures`, a job that cannot be planned here is listed there and retried after
     PLAN_RETRY instead of failing the batch: one bad job never stops a planner.
     """
-    rows: list[PlannedRow] = []
+    planned = PlannedRuns()
     marks: list[tuple[int, datetime | None, datetime]] = []
     for i, job in enumerate(jobs):
         if i and i % YIELD_EVERY == 0:
@@ -124,8 +117,11 @@ async def plan_jobs(
             failures.append(PlanFailure(job.id, job.spec.name, f"{type(exc).__name__}: {exc}"))
             marks.append((job.id, job.planned_until, db_now + PLAN_RETRY))
             continue
-        rows.extend(plan.rows)
+        spec = job.spec
+        exclusive = spec.overlap != Overlap.ALLOW
+        planned.add(job.id, spec.type, exclusive, spec.max_attempts, plan.times, plan.missed)
         marks.append((job.id, plan.planned_until, plan.plan_after))
-    inserted = await tx.insert_planned_runs(rows)
+    await asyncio.sleep(0)  # the insert's encoding is the next block of CPU
+    inserted = await tx.insert_planned_runs(planned)
     await tx.set_plan_marks(marks)
     return inserted

@@ -101,15 +101,20 @@ LIMIT $1::int
 FOR UPDATE SKIP LOCKED;
 
 -- name: insert_planned_runs
--- Returns how many were inserted. A fire time recorded skipped (missed) raises run_missed
--- for its subscribers (as in complete_runs).
-WITH ins AS (
+-- Returns how many were inserted. $1-$4 per job (id, type, exclusive, max_attempts), $5-$7
+-- per run (job id, instant, missed). A fire time recorded skipped (missed) raises
+-- run_missed for its subscribers (as in complete_runs).
+WITH j AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::bool[], $4::int[])
+        AS j(job_id, type, excl, max_att)
+), ins AS (
     INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts, status,
                       skip_reason, finished_at)
-    SELECT job_id, at, at, type, excl, max_att, st::run_status, reason,
-           CASE WHEN st = 'skipped' THEN now() END
-    FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::bool[], $5::int[], $6::text[],
-                $7::text[]) AS t(job_id, at, type, excl, max_att, st, reason)
+    SELECT r.job_id, r.at, r.at, j.type, j.excl, j.max_att,
+           CASE WHEN r.missed THEN 'skipped' ELSE 'scheduled' END::run_status,
+           CASE WHEN r.missed THEN 'missed' END, CASE WHEN r.missed THEN now() END
+    FROM unnest($5::bigint[], $6::timestamptz[], $7::bool[]) AS r(job_id, at, missed)
+    JOIN j ON j.job_id = r.job_id
     ON CONFLICT (job_id, scheduled_at) DO NOTHING
     RETURNING id, job_id, scheduled_at, status, skip_reason
 ), events AS (

@@ -9,7 +9,7 @@ live in migrator.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, cast
@@ -103,11 +103,12 @@ class Store(History):
         rows = await self._fetch("pick_jobs_to_plan", limit)
         return [Job.from_row(r) for r in rows], rows[0]["db_now"] if rows else None
 
-    async def insert_planned_runs(self, rows: Sequence[PlannedRow]) -> int:
-        if not rows:
+    async def insert_planned_runs(self, p: PlannedRuns) -> int:
+        """Insert what is not planned yet; returns how many were inserted."""
+        if not p.at:
             return 0
-        cols = list(zip(*rows, strict=True))
-        return cast(int, await self._fetchval("insert_planned_runs", *cols))
+        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.at, p.missed)
+        return cast(int, await self._fetchval("insert_planned_runs", *args))
 
     async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:
@@ -279,8 +280,30 @@ class Store(History):
         return cast(int | None, await self._fetchval("revoke_running_run", run_id, reason))
 
 
-# (job_id, scheduled_at, type, exclusive, max_attempts, status, skip_reason)
-PlannedRow = tuple[int, datetime, str, bool, int, str, str | None]
+@dataclass(slots=True)
+class PlannedRuns:
+    """Runs to insert, column-wise: per job its type, exclusivity and attempts; per run its
+    job, instant and whether it is already missed (older than the catch-up window).
+    A plan of 100 jobs is some 2,000 runs: three arrays to encode instead of seven."""
+
+    job_ids: list[int] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    exclusive: list[bool] = field(default_factory=list)
+    max_attempts: list[int] = field(default_factory=list)
+    run_jobs: list[int] = field(default_factory=list)
+    at: list[datetime] = field(default_factory=list)
+    missed: list[bool] = field(default_factory=list)
+
+    def add(self, job_id: int, type_: str, exclusive: bool, max_attempts: int,
+            times: Sequence[datetime], missed: int = 0) -> None:  # fmt: skip
+        """The job's runs at `times` (ascending), the first `missed` of them missed."""
+        self.job_ids.append(job_id)
+        self.types.append(type_)
+        self.exclusive.append(exclusive)
+        self.max_attempts.append(max_attempts)
+        self.run_jobs += [job_id] * len(times)
+        self.at += times
+        self.missed += [True] * missed + [False] * (len(times) - missed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import pytest
 from supervisor.core import channels, webhooks
 from supervisor.core.events import ChannelSpec, NotifyRule
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.store import Completion, PlannedRuns, Store
 from supervisor.notifier import WebhookNotifier
 from supervisor.reaper import Reaper
 
@@ -147,8 +147,8 @@ async def test_skips_raise_run_missed_and_overlap_events(store: Store) -> None:
     # The planner's own missed rows (a gap older than the catch-up window) raise it too.
     job_id = await sql_value(store, "SELECT job_id FROM runs WHERE id = $1", missed)
     at = await _ago(store, 7200)
-    planned = [(job_id, at, "echo", False, 3, "skipped", "missed"),
-               (job_id, at + timedelta(minutes=1), "echo", False, 3, "scheduled", None)]  # fmt: skip
+    planned = PlannedRuns()
+    planned.add(job_id, "echo", False, 3, [at, at + timedelta(minutes=1)], missed=1)
     assert await store.insert_planned_runs(planned) == 2
     assert await store.insert_planned_runs(planned) == 0  # planned twice: nothing new
     [(event, run_id)] = (await _outbox(store))[1:]

@@ -142,7 +142,7 @@ def test_from_row_types_every_field() -> None:
     assert (job.spec.expect_success_within_seconds, job.spec.late_after_seconds) == (7200, None)
     assert isinstance(job.spec.schedule, CronSchedule)
     assert job.spec.schedule_columns == ("0 * * * *", None, "Europe/Berlin")
-    assert len(plan_job(job, NOW, PlanLimits()).rows) == 25  # 11:00 .. 12:00 + 24 h
+    assert len(plan_job(job, NOW, PlanLimits()).times) == 25  # 11:00 .. 12:00 + 24 h
 
 
 def test_a_row_whose_zone_this_host_lacks_still_loads_and_fails_when_planned() -> None:
@@ -169,4 +169,4 @@ def test_a_one_off_whose_zone_this_host_lacks_still_plans() -> None:
     job = Job.from_row(_row(cron=None, run_at=at, timezone="Mars/Olympus_Mons"))
     assert isinstance(job.spec.schedule, UnloadableSchedule) and job.spec.run_at == at
     plan = plan_job(job, NOW, PlanLimits())
-    assert [r[1] for r in plan.rows] == [at]
+    assert plan.times == [at] and plan.missed == 0
