@@ -36,6 +36,7 @@ async def generate(conn: asyncpg.Connection, n_runs: int, n_jobs: int) -> None:
     succeeded; the two newest hours are still scheduled.
     """
     per_job = n_runs // n_jobs
+    first = await conn.fetchval("SELECT coalesce(max(id), 0) + 1 FROM jobs")
     await conn.execute(
         """INSERT INTO jobs (name, type, cron, timezone, planned_until, plan_after)
            SELECT 'job-' || g, 'noop', (g % 60) || ' * * * *', 'UTC',
@@ -43,6 +44,16 @@ async def generate(conn: asyncpg.Connection, n_runs: int, n_jobs: int) -> None:
            FROM generate_series(1, $1::int) g""",
         n_jobs,
     )
+    # In slices of about a million rows: one statement of ten million holds a transaction
+    # (and its WAL) for minutes.
+    step = max(1, 1_000_000 // max(per_job, 1))
+    for lo in range(first, first + n_jobs, step):
+        await _generate_runs(conn, per_job, lo, min(lo + step, first + n_jobs) - 1)
+    await conn.execute("VACUUM ANALYZE jobs")
+    await conn.execute("VACUUM ANALYZE runs")
+
+
+async def _generate_runs(conn: asyncpg.Connection, per_job: int, lo: int, hi: int) -> None:
     await conn.execute(
         """INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts, status,
                              attempts, lease_token, started_at, finished_at, last_error,
@@ -71,11 +82,12 @@ async def generate(conn: asyncpg.Connection, n_runs: int, n_jobs: int) -> None:
                    WHEN t.r < 0.98 THEN 'skipped'
                    WHEN t.r < 0.99 THEN 'cancelled'
                    ELSE 'succeeded' END::run_status AS st) x
-           ) s""",
+           ) s
+           WHERE j.id BETWEEN $2::bigint AND $3::bigint""",
         per_job,
+        lo,
+        hi,
     )
-    await conn.execute("VACUUM ANALYZE jobs")
-    await conn.execute("VACUUM ANALYZE runs")
 
 
 def _iso(ts: datetime) -> str:

@@ -325,3 +325,75 @@ async def _notify_pairs(ctx: Context, res: ScenarioResult, n: int, repeats: int)
 def _mean(values: Any) -> float:
     seq = list(values)
     return sum(seq) / len(seq)
+
+
+async def drain_in(
+    ctx: Context, dsn: str, n: int, tag: str, supervisors: int = 2, *, jobs: int = 50
+) -> dict[str, Any]:
+    """`n` due runs of /bin/true drained by `supervisors` in a database that holds other
+    runs (history, earlier drains): only the runs of the jobs named `tag`-* are inserted,
+    waited for, timed and checked (one attempt each, succeeded on the first lease)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        sups = await start_supervisors(
+            ctx.procs, supervisors, dsn=dsn, handlers={TYPE: COMMAND},
+            concurrency=PER_SUPERVISOR, misfire_grace=3600.0,
+        )  # fmt: skip
+        try:
+            cpu_before = cpu_snapshot([s.pid for s in sups])
+            async with conn.transaction():
+                await conn.execute(
+                    """INSERT INTO jobs (name, type, run_at, catchup, catchup_window_seconds,
+                                         planned_until, plan_after)
+                       SELECT $3::text || '-' || g, $1::text, now() + interval '1 year', 'all',
+                              86400, now() + interval '1 year', 'infinity'
+                       FROM generate_series(1, $2::int) g""",
+                    TYPE, jobs, tag,
+                )  # fmt: skip
+                await conn.execute(
+                    """INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type,
+                                         max_attempts)
+                       SELECT j.id, now() - make_interval(secs => g / 1000.0), now(),
+                              'manual', $1::text, 3
+                       FROM generate_series(1, $2::int) g
+                       JOIN jobs j ON j.name = $4::text || '-' || (1 + g % $3::int)""",
+                    TYPE, n, jobs, tag,
+                )  # fmt: skip
+                await conn.execute("SELECT pg_notify('punchclock_wake', '')")
+            mine = "r.job_id IN (SELECT id FROM jobs WHERE name LIKE $1::text || '-%')"
+
+            async def done() -> bool:
+                left = await conn.fetchval(
+                    f"SELECT count(*) FROM runs r WHERE {mine} AND r.status <> 'succeeded'", tag
+                )
+                return bool(left == 0)
+
+            await wait_until(done, timeout=max(120.0, n / 10), what=f"{n} runs", every=0.2)
+            cpu_after = cpu_snapshot([s.pid for s in sups])
+        finally:
+            for s in sups:
+                ctx.procs.stop(s)
+        row = await conn.fetchrow(
+            f"""SELECT EXTRACT(EPOCH FROM (max(r.finished_at) - min(a.started_at)))::float8
+                         AS seconds,
+                       count(DISTINCT r.id) AS runs,
+                       count(*) AS attempts,
+                       count(*) FILTER (WHERE r.status = 'succeeded' AND r.attempts = 1
+                         AND r.lease_token = 1 AND a.outcome = 'succeeded'
+                         AND a.exit_code = 0) AS once
+                FROM runs r JOIN run_attempts a ON a.run_id = r.id WHERE {mine}""",
+            tag,
+        )
+        assert row is not None
+    finally:
+        await conn.close()
+    seconds = float(row["seconds"])
+    return {
+        "n": n,
+        "seconds": seconds,
+        "runs_per_s": n / seconds,
+        "exactly_once": row["runs"] == row["attempts"] == row["once"] == n,
+        "cpu_ms_per_run": {
+            k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 3) for k in cpu_before
+        },
+    }
