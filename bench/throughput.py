@@ -43,12 +43,14 @@ TARGET_RATIO = 0.8  # with 2 supervisors
 CEILINGS = ("pidfd", "child")
 
 
-async def ceiling(n: int, concurrency: int, mode: str = "pidfd") -> dict[str, Any]:
+async def ceiling(
+    n: int, concurrency: int, mode: str = "pidfd", command: list[str] = COMMAND
+) -> dict[str, Any]:
     """runs/s of bench.ceiling in its own process, and its CPU (children included) per run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-m", "bench.ceiling", "--n", str(n), "--concurrency", str(concurrency),
-        "--mode", mode, *COMMAND,
+        "--mode", mode, *command,
         cwd=ROOT, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
