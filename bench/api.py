@@ -32,8 +32,9 @@ PAGE = 100  # the API's default page size
 async def generate(conn: asyncpg.Connection, n_runs: int, n_jobs: int) -> None:
     """n_jobs hourly jobs, each with n_runs/n_jobs hourly runs ending two hours from now.
 
-    Statuses: 90% succeeded, 3% failed, 2% dead, 3% skipped, 1% cancelled, ~1% other
-    succeeded; the two newest hours are still scheduled.
+    Statuses: 90% succeeded, 5% dead (3% of the last day failed instead, their retry due in
+    an hour), 3% skipped, 1% cancelled, ~1% other succeeded; runs after now are scheduled.
+    No run is due: a history is what has happened, not a backlog.
     """
     per_job = n_runs // n_jobs
     first = await conn.fetchval("SELECT coalesce(max(id), 0) + 1 FROM jobs")
@@ -58,8 +59,9 @@ async def _generate_runs(conn: asyncpg.Connection, per_job: int, lo: int, hi: in
         """INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts, status,
                              attempts, lease_token, started_at, finished_at, last_error,
                              skip_reason)
-           SELECT j.id, t.at, t.at, 'noop', 3, s.st, s.att, s.att, s.started, s.finished,
-                  s.err, s.skip
+           SELECT j.id, t.at,
+                  CASE WHEN s.st = 'failed' THEN now() + interval '1 hour' ELSE t.at END,
+                  'noop', 3, s.st, s.att, s.att, s.started, s.finished, s.err, s.skip
            FROM jobs j
            CROSS JOIN generate_series(-2, $1::int - 3) h
            CROSS JOIN LATERAL (
@@ -75,9 +77,9 @@ async def _generate_runs(conn: asyncpg.Connection, per_job: int, lo: int, hi: in
                       CASE WHEN st IN ('failed', 'dead') THEN 'exited with status 1' END AS err,
                       CASE WHEN st = 'skipped' THEN 'missed' END AS skip
                FROM (SELECT CASE
-                   WHEN h <= 0 THEN 'scheduled'
+                   WHEN t.at > now() THEN 'scheduled'
                    WHEN t.r < 0.90 THEN 'succeeded'
-                   WHEN t.r < 0.93 THEN 'failed'
+                   WHEN t.r < 0.93 THEN CASE WHEN h < 24 THEN 'failed' ELSE 'dead' END
                    WHEN t.r < 0.95 THEN 'dead'
                    WHEN t.r < 0.98 THEN 'skipped'
                    WHEN t.r < 0.99 THEN 'cancelled'

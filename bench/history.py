@@ -25,6 +25,9 @@ from supervisor.core.store import Store
 from supervisor.pruner import Pruner
 
 NAME = "history"
+# The supervisors' own pruner keeps the generated history (KEEP_SHARE is measured alone).
+KEEP_ALL = {"PUNCHCLOCK_RETENTION_SUCCEEDED_DAYS": "100000",
+            "PUNCHCLOCK_RETENTION_FAILED_DAYS": "100000"}  # fmt: skip
 CLAIM_RATIO_TARGET = 0.9  # claim throughput within 10 % of an empty table
 LIST_P99_TARGET_MS = 20.0
 # The generator writes one run per job per hour back from now (10,000 per job: ~417 days);
@@ -58,7 +61,7 @@ async def run(ctx: Context) -> ScenarioResult:
     rounds, warmup = (10, 5) if ctx.smoke else (100, 10)
     out: dict[str, Any] = {}
     async with ctx.dbs.fresh("hist0") as dsn:
-        out["drain_empty"] = await drain_in(ctx, dsn, drained, "empty")
+        out["drain_empty"] = await drain_in(ctx, dsn, drained, "empty", env=KEEP_ALL)
     async with ctx.dbs.fresh("hist") as dsn:
         conn = await asyncpg.connect(dsn)
         try:
@@ -66,7 +69,7 @@ async def run(ctx: Context) -> ScenarioResult:
             await api.generate(conn, n_runs, n_jobs)
             out["generate_seconds"] = time.perf_counter() - started
             out["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
-            out["drain_history"] = await drain_in(ctx, dsn, drained, "full")
+            out["drain_history"] = await drain_in(ctx, dsn, drained, "full", env=KEEP_ALL)
             cs = await api.cases(conn, n_jobs)
             api_proc = ctx.procs.api(dsn)
             try:
@@ -76,7 +79,7 @@ async def run(ctx: Context) -> ScenarioResult:
             file_before = await conn.fetchval("SELECT pg_relation_filenode('runs')")
             keep_days = KEEP_SHARE * (n_runs // n_jobs) / 24
             pruning = asyncio.ensure_future(prune_all(dsn, keep_days))
-            out["drain_pruning"] = await drain_in(ctx, dsn, drained, "pruning")
+            out["drain_pruning"] = await drain_in(ctx, dsn, drained, "pruning", env=KEEP_ALL)
             out["prune"] = await pruning
             out["rewritten"] = file_before != await conn.fetchval(
                 "SELECT pg_relation_filenode('runs')"

@@ -35,6 +35,7 @@ from supervisor.local.plumbing import wait_until
 
 NAME = "throughput"
 TYPE = "noop"
+DRAIN_TYPE = "drain"  # drain_in's runs, apart from a generated history's (bench/api.py)
 COMMAND = ["/bin/true"]
 PER_SUPERVISOR = 8
 TARGET_RATIO = 0.8  # with 2 supervisors
@@ -330,16 +331,24 @@ def _mean(values: Any) -> float:
 
 
 async def drain_in(
-    ctx: Context, dsn: str, n: int, tag: str, supervisors: int = 2, *, jobs: int = 50
+    ctx: Context,
+    dsn: str,
+    n: int,
+    tag: str,
+    supervisors: int = 2,
+    *,
+    jobs: int = 50,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`n` due runs of /bin/true drained by `supervisors` in a database that holds other
-    runs (history, earlier drains): only the runs of the jobs named `tag`-* are inserted,
-    waited for, timed and checked (one attempt each, succeeded on the first lease)."""
+    """`n` due runs of /bin/true drained by `supervisors` (environment `env` added) in a
+    database that holds other runs (history, earlier drains): only the runs of the jobs
+    named `tag`-* are inserted, waited for, timed and checked (one attempt each, succeeded
+    on the first lease). Their type is DRAIN_TYPE, which no other runs have."""
     conn = await asyncpg.connect(dsn)
     try:
         sups = await start_supervisors(
-            ctx.procs, supervisors, dsn=dsn, handlers={TYPE: COMMAND},
-            concurrency=PER_SUPERVISOR, misfire_grace=3600.0,
+            ctx.procs, supervisors, dsn=dsn, handlers={DRAIN_TYPE: COMMAND},
+            concurrency=PER_SUPERVISOR, misfire_grace=3600.0, env=env,
         )  # fmt: skip
         try:
             cpu_before = cpu_snapshot([s.pid for s in sups])
@@ -350,7 +359,7 @@ async def drain_in(
                        SELECT $3::text || '-' || g, $1::text, now() + interval '1 year', 'all',
                               86400, now() + interval '1 year', 'infinity'
                        FROM generate_series(1, $2::int) g""",
-                    TYPE, jobs, tag,
+                    DRAIN_TYPE, jobs, tag,
                 )  # fmt: skip
                 await conn.execute(
                     """INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type,
@@ -359,7 +368,7 @@ async def drain_in(
                               'manual', $1::text, 3
                        FROM generate_series(1, $2::int) g
                        JOIN jobs j ON j.name = $4::text || '-' || (1 + g % $3::int)""",
-                    TYPE, n, jobs, tag,
+                    DRAIN_TYPE, n, jobs, tag,
                 )  # fmt: skip
                 await conn.execute("SELECT pg_notify('punchclock_wake', '')")
             mine = "r.job_id IN (SELECT id FROM jobs WHERE name LIKE $1::text || '-%')"

@@ -35,6 +35,7 @@ _POLL_MAX = 0.1
 # A child still running this long gets its output pipes watched (before, a chatty one may
 # wait up to this long on a full 64 KiB pipe); one that exits sooner is read at exit.
 _WATCH_AFTER = 0.025
+_DRAIN_READS = 16  # reads of a pipe at exit before it is watched instead
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
 _log = logging.getLogger("punchclock.runner")
 
@@ -204,7 +205,9 @@ class Child:
     def _drain(self, tail: Tail) -> None:
         """At exit: read what the pipe holds; close it at EOF, else watch it (a descendant
         still holds it open, or writes on)."""
-        while not tail.file.closed and not tail.watched:
+        if tail.file.closed or tail.watched:
+            return
+        for _ in range(_DRAIN_READS):
             try:
                 data = os.read(tail.fd, _READ_SIZE)
             except BlockingIOError:
@@ -216,6 +219,7 @@ class Child:
                 self._close_stream(tail)
                 return
             tail.feed(data)
+        self._watch(tail)  # a descendant writes on as fast as we read: take turns
 
     def _on_readable(self, tail: Tail) -> None:
         try:

@@ -343,6 +343,34 @@ async def test_descendants_do_not_outlive_a_normal_exit(tmp_path: Path) -> None:
         await wait_for(lambda pid=pid: is_dead(pid))  # type: ignore[misc]
 
 
+async def test_a_descendant_writing_on_after_exit_does_not_hold_the_loop(tmp_path: Path) -> None:
+    # The pipes of a child that exits are drained at its exit; a descendant that writes on
+    # as fast as we read (`yes`) must not keep that drain going: it is killed with the
+    # group's leftovers while the loop stays free (this test's timer fires).
+    script = 'yes & echo $! > "$D/yes"; sleep 0.05'
+    child = await Child.spawn(
+        ChildSpec(["sh", "-c", script], env={**BASE_ENV, "D": str(tmp_path)}, kill_grace=0.2)
+    )
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        async with asyncio.timeout(20):
+            result = await child.wait()
+    finally:
+        ticker.cancel()
+    assert result.outcome == "succeeded"
+    assert set(result.stdout_tail) == {"y", "\n"}
+    assert ticks > 0
+    await wait_for(lambda: is_dead(pid_in(tmp_path / "yes")))
+
+
 # ---------------------------------------------------------------- resource usage and scale
 
 
