@@ -128,19 +128,21 @@ class Claimer(Loop):
             self.on_claim_latency(time.monotonic() - sent_at)
         self._skipped(skipped)
         unstarted = 0
+        claimed_lines = self.log.isEnabledFor(logging.DEBUG)
         for row in rows:
-            delay = (row.started_at - row.scheduled_at).total_seconds()
-            log_event(  # debug: run_started follows at once with the same fields
-                self.log,
-                "run_claimed",
-                level=logging.DEBUG,
-                run_id=row.id,
-                job_name=row.job_name,
-                attempt=row.attempts,
-                worker_id=self.owner,
-                scheduled_at=row.scheduled_at.isoformat(),
-                queue_delay=round(delay, 3),
-            )
+            if claimed_lines:  # debug: run_started follows at once with the same fields
+                delay = (row.started_at - row.scheduled_at).total_seconds()
+                log_event(
+                    self.log,
+                    "run_claimed",
+                    level=logging.DEBUG,
+                    run_id=row.id,
+                    job_name=row.job_name,
+                    attempt=row.attempts,
+                    worker_id=self.owner,
+                    scheduled_at=row.scheduled_at.isoformat(),
+                    queue_delay=round(delay, 3),
+                )
             try:
                 self.slots.start(row, sent_at)
             except Exception as exc:  # one run that cannot start never stops the others

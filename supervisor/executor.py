@@ -11,7 +11,6 @@ counted).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -260,15 +259,16 @@ class Executor:
         finally:
             self._spawned(entry)
         queue_delay = (row.started_at - row.scheduled_at).total_seconds()
-        cgroup = {} if entry.child.cgroup is None else {"cgroup": entry.child.cgroup.dirs[0]}
-        self._event(
-            "started",
-            entry,
-            pid=entry.child.pid,
-            scheduled_at=utc_iso(row.scheduled_at),
-            queue_delay=round(queue_delay, 4),
-            **cgroup,
-        )
+        if log.isEnabledFor(self._routine_level):  # its fields cost more than the check
+            cg = {} if entry.child.cgroup is None else {"cgroup": entry.child.cgroup.dirs[0]}
+            self._event(
+                "started",
+                entry,
+                pid=entry.child.pid,
+                scheduled_at=utc_iso(row.scheduled_at),
+                queue_delay=round(queue_delay, 4),
+                **cg,
+            )
         if self.on_started:
             self.on_started(entry.type, max(0.0, queue_delay))
         if entry.phase is not Phase.RUNNING:  # while spawning
@@ -303,7 +303,7 @@ class Executor:
         return ChildSpec(
             argv=list(handler.argv),
             env=env,
-            stdin=json.dumps(row.payload).encode(),
+            stdin=row.payload.encode(),
             cwd=handler.cwd,
             user=None if handler.identity is None else handler.identity.uid,
             group=None if handler.identity is None else handler.identity.gid,

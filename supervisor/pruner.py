@@ -10,6 +10,7 @@ lasts long.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from supervisor.core.log import log_event
 from supervisor.core.store import Store
@@ -44,10 +45,15 @@ class Pruner(Loop):
         self.keep_deliveries = keep_deliveries_days * DAY
         self.batch = batch
         self.pruned = 0
+        self._reached: datetime | None = None  # where this sweep's last full batch ended
         self.pruned_deliveries = 0
 
     async def run_once(self) -> PrunePass:
-        deleted = await self.store.prune_runs(self.keep_succeeded, self.keep_failed, self.batch)
+        deleted, reached = await self.store.prune_runs(
+            self.keep_succeeded, self.keep_failed, self.batch, self._reached
+        )
+        # A full batch: the next one goes on from here; else the sweep is over.
+        self._reached = reached if deleted == self.batch else None
         self.pruned += deleted
         if deleted:
             log_event(self.log, "runs_pruned", runs=deleted)

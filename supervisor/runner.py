@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import resource
@@ -37,6 +38,7 @@ _POLL_MAX = 0.1
 _WATCH_AFTER = 0.025
 _DRAIN_READS = 16  # reads of a pipe at exit before it is watched instead
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
+_SEQUENCE = itertools.count()
 _log = logging.getLogger("punchclock.runner")
 
 
@@ -64,7 +66,8 @@ class Child:
         self.keeper = keeper
         self.orphans = orphans
         batch = spec.announced if spec.cgroup is None else ""
-        self.child_id = batch + uuid.uuid4().hex[len(batch) :]
+        # A claim's children: its random prefix and a counter (no urandom call per child).
+        self.child_id = f"{batch}{next(_SEQUENCE):020x}" if batch else uuid.uuid4().hex
         self.pid = None
         self.started_monotonic = time.monotonic()
         self._loop = asyncio.get_running_loop()

@@ -297,7 +297,8 @@ WITH orphans AS (
 SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
        c.started_at, c.trigger, c.exclusive OR c.job_slot IS NOT NULL OR c.group_slot IS NOT NULL
            AS wakes_others,
-       COALESCE(c.payload, k.job_payload) AS payload,
+       -- As text: it goes to the child's stdin as it is (no decoding and encoding again).
+       COALESCE(c.payload, k.job_payload)::text AS payload,
        k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
        k.success_exit_codes, k.dead_on, k.retry_on, k.ping_url, now() AS db_now,
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back
@@ -640,10 +641,14 @@ ON CONFLICT (dedupe_key) WHERE channel_id IS NULL DO NOTHING;
 -- name: prune_runs
 -- Finished runs (and, by cascade, their attempts) past retention, oldest first, in small
 -- batches so no lock is held long. Scheduled, failed (retry pending) and running runs have
--- no finished_at and are never touched.
+-- no finished_at and are never touched. $4: where the previous batch of this sweep ended
+-- (NULL to start one): each batch starts its walk of runs_finished there instead of
+-- stepping again over the index entries of every run deleted before it. Returns how many
+-- were deleted and the newest finished_at among them.
 WITH doomed AS (
-    SELECT id FROM runs
-    WHERE finished_at < now() - make_interval(secs => least($1::float8, $2::float8))
+    SELECT id, finished_at FROM runs
+    WHERE finished_at >= COALESCE($4::timestamptz, '-infinity')
+      AND finished_at < now() - make_interval(secs => least($1::float8, $2::float8))
       AND ((status IN ('succeeded', 'skipped')
             AND finished_at < now() - make_interval(secs => $1::float8))
         OR (status IN ('dead', 'cancelled')
@@ -651,8 +656,10 @@ WITH doomed AS (
     ORDER BY finished_at
     LIMIT $3::int
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM runs r USING doomed WHERE r.id = doomed.id RETURNING doomed.finished_at
 )
-DELETE FROM runs r USING doomed WHERE r.id = doomed.id;
+SELECT count(*) AS deleted, max(finished_at) AS reached FROM gone;
 
 -- name: prune_deliveries
 -- Delivered and failed deliveries (and, by cascade, their attempts) whose event is older

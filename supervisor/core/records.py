@@ -29,7 +29,7 @@ class Claim:
     lease_token: int
     trigger: Trigger
     wakes_others: bool  # its end may let another host start a run (overlap or a limit)
-    payload: Any  # the run's own payload, else the job's
+    payload: str  # the run's own payload, else the job's, as JSON text (the child's stdin)
     timeout_seconds: float | None
     retry_base_seconds: float
     retry_cap_seconds: float

@@ -191,9 +191,15 @@ class Store(History):
 
     # ------------------------------------------------------------ retention
 
-    async def prune_runs(self, keep_succeeded: float, keep_failed: float, limit: int) -> int:
-        """Delete up to `limit` finished runs older than their retention (seconds)."""
-        return _rowcount(await self._execute("prune_runs", keep_succeeded, keep_failed, limit))
+    async def prune_runs(
+        self, keep_succeeded: float, keep_failed: float, limit: int, after: datetime | None = None
+    ) -> tuple[int, datetime | None]:
+        """Delete up to `limit` finished runs older than their retention (seconds), finished
+        at or after `after` (where the sweep's previous batch ended); returns how many and
+        the newest finished_at among them (the next batch's `after`)."""
+        row = await self._fetchrow("prune_runs", keep_succeeded, keep_failed, limit, after)
+        assert row is not None
+        return row["deleted"], row["reached"]
 
     async def prune_deliveries(self, keep: float, limit: int) -> int:
         """Delete up to `limit` finished deliveries whose event is older than `keep` s."""

@@ -65,6 +65,11 @@ async def test_pruning_keeps_what_it_must(store: Store) -> None:
     assert pruner.pruned == 4
     assert await count(store, "run_attempts", "run_id=$1", ids[0]) == 0
     assert (await store.get_job(row.id)) is not None
+    # Each batch went on from where the previous one ended; a sweep that ended starts the
+    # next one from the oldest again, so a run older than where it stopped still goes.
+    await sql(store, age(ids[1], "succeeded", 95))
+    assert (await pruner.run_once()).pruned == 1
+    assert ids[1] not in set(await run_ids(store))
 
 
 async def test_finished_deliveries_past_retention_go_in_batches_pending_ones_stay(
