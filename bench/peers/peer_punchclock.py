@@ -8,7 +8,11 @@ the checkout's root. The one change: the enqueued runs are `trigger = 'schedule'
 'manual', because since migration 0011's release a paused job's manual runs are claimed (a
 manual trigger is an explicit request), which started the runs before GO. Scheduled runs
 of a paused job wait, as the "started paused" discipline below needs; with catch-up 'all'
-and a day's window they are never skipped as missed.
+and a day's window they are never skipped as missed. And the listener's readiness: since
+the failover work the listener connection runs `SELECT inet_server_port()` after its
+LISTEN and then probes `transaction_read_only` now and then, so its last query is rarely
+the LISTEN itself; any of the three counts (the CPU-flat wait after it covers the
+millisecond between the first probe and the LISTEN).
 
 Workload: only ``subproc``. punchclock's handlers are external commands, so its native
 form of workload 2 is a handler whose command is ``/bin/true`` (TOML
@@ -247,7 +251,9 @@ async def _wait_supervisor_ready(conn: asyncpg.Connection, sup: subprocess.Popen
         if await conn.fetchval(
                 """SELECT EXISTS (SELECT 1 FROM workers WHERE id = $1 AND stopped_at IS NULL)
                       AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $2
-                                  AND query LIKE 'LISTEN%')""", wid, f"punchclock-{wid}"):
+                                  AND (query LIKE 'LISTEN%' OR query LIKE '%inet_server_port%'
+                                       OR query LIKE '%transaction_read_only%'))""",
+                wid, f"punchclock-{wid}"):
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"supervisor {wid} not ready after 60 s")
