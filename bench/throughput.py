@@ -51,7 +51,7 @@ async def ceiling(
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-m", "bench.ceiling", "--n", str(n), "--concurrency", str(concurrency),
-        "--mode", mode, *command,
+        "--mode", mode, "--", *command,
         cwd=ROOT, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
