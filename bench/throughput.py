@@ -370,6 +370,9 @@ async def drain_in(
                        JOIN jobs j ON j.name = $4::text || '-' || (1 + g % $3::int)""",
                     DRAIN_TYPE, n, jobs, tag,
                 )  # fmt: skip
+                # As insert_due_runs: the statistics autovacuum would have within a minute
+                # (a never-analyzed table makes the claim's planner expect a handful of rows).
+                await conn.execute("ANALYZE jobs, runs")
                 await conn.execute("SELECT pg_notify('punchclock_wake', '')")
             mine = "r.job_id IN (SELECT id FROM jobs WHERE name LIKE $1::text || '-%')"
 
