@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = {"throughput", "livetail", "lateness", "planner", "api", "ui", "memory"}
+SCENARIOS = {
+    "throughput",
+    "livetail",
+    "lateness",
+    "planner",
+    "api",
+    "ui",
+    "memory",
+    "snapshot",
+    "history",
+}
 
 
 @pytest.mark.timeout(400)
