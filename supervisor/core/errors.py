@@ -38,6 +38,7 @@ class InvalidSpec(PunchclockError):
     """A user-supplied value is invalid. `field` names it (dotted for nested values)."""
 
     def __init__(self, field: str, message: str) -> None:
+        field = field or '""'  # a body key "" is named visibly, never as an empty field
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message

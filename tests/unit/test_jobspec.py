@@ -73,6 +73,11 @@ def test_every_invalid_field_at_once() -> None:
     assert _fields([]) == ["body"]
 
 
+def test_an_empty_key_is_named_visibly() -> None:
+    # The API fuzzer's find: a body key "" made a 422 whose error named no field.
+    assert _fields({**BASE, "": 1}) == ['""']
+
+
 def test_a_valid_body_is_a_spec_with_its_schedule_parsed() -> None:
     spec = validate_job(
         {**BASE, "cron": " 30 2 * * * ", "catchup": "all", "overlap": "skip", "retry": {}}
