@@ -91,15 +91,15 @@ def _explain(
     doubled: list[int], lines: list[dict[str, int]], history: list[Any], sups: list[Supervisor]
 ) -> str:
     """What a failure needs: each doubled run's executions, attempts and supervisors' events."""
+    events = {s.worker_id: s.events() for s in sups}  # each log parsed once
     out = [f"runs executed twice: {doubled}"]
     for r in doubled[:3]:
         out.append(f"run {r} executions: {[x for x in lines if x['run_id'] == r]}")
         out.append(f"run {r} attempts: {[dict(a) for a in history if a['run_id'] == r]}")
-        for s in sups:
-            out += [f"  {s.worker_id}: {e}" for e in s.events() if e.get("run_id") == r]
-    for s in sups:
-        kinds = Counter(str(e.get("event")) for e in s.events())
-        out.append(f"{s.worker_id} events: {dict(kinds)}")
+        for worker, evs in events.items():
+            out += [f"  {worker}: {e}" for e in evs if e.get("run_id") == r]
+    for worker, evs in events.items():
+        out.append(f"{worker} events: {dict(Counter(str(e.get('event')) for e in evs))}")
     return "\n".join(out)
 
 
