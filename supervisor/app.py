@@ -164,6 +164,7 @@ class Supervisor:
             on_claim_latency=m.claim_latency.record,
             refill_batch=cfg.effective_concurrency,
             refill_wait=REFILL_WAIT,
+            ahead=cfg.claim_ahead,
         )
 
         def planned(inserted: int, seconds: float) -> None:
@@ -175,6 +176,7 @@ class Supervisor:
             PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
             on_planned=planned,
             heartbeat_url=cfg.heartbeat_ping_url,
+            hold_off=executor.hold_off,
         )
         reaper = Reaper(
             store,
@@ -303,6 +305,7 @@ class Supervisor:
                     "supervisor_drained",
                     clean=report["clean"],
                     released=report["released"],
+                    released_unstarted=report["ahead_released"],
                     seconds=round(time.monotonic() - started, 3),
                 )
         finally:
@@ -368,7 +371,9 @@ async def _stop_intake(sup: Supervisor, sv: Services, run: _Running, out: dict[s
 
 
 async def _drain(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
-    """Children get the drain timeout (a second signal cuts it short); leases are renewed."""
+    """Children get the drain timeout (a second signal cuts it short); leases are renewed.
+    Runs claimed ahead of an instant still to come are given back first, unstarted."""
+    out["ahead_released"] = await sv.executor.release_waiting()
     out["clean"] = await sv.executor.drain(sup.cfg.drain_timeout, sup.hurry)
 
 

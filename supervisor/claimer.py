@@ -14,6 +14,11 @@ A handler's `concurrency` caps its type on this host: a type at its cap is left 
 claim, and a type with less room than the free slots is claimed alone, up to its room, in
 the same transaction before the others (which then take the remaining slots), so one claim
 never starts more of a type than it may run.
+
+Runs due within `claim_ahead` seconds are claimed with the ones due now, and the executor
+starts each at its instant: a start waits on a local timer, not on a claim that has to
+get through a busy database at that instant. Never early by the database's clock: the
+wait counts from the reply, and started_at is the instant itself.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Claimer(Loop):
         on_claim_latency: Callable[[float], None] | None = None,
         refill_batch: int = 1,
         refill_wait: float = 0.0,
+        ahead: float = 0.0,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
         self.store = store
@@ -75,6 +81,7 @@ class Claimer(Loop):
         self.on_claim_latency = on_claim_latency
         self.refill_batch = max(1, refill_batch)
         self.refill_wait = refill_wait
+        self.ahead = ahead
         self._backlog = False  # the last claim filled every free slot: more may be due
         self.unstarted = 0  # claimed runs start() refused since start-up (a metric)
         self._refill_by: float | None = None
@@ -110,7 +117,9 @@ class Claimer(Loop):
                 rows: list[Claim] = []
                 for types, most in batches:
                     if (n := min(most, free - len(rows))) > 0:
-                        rows += await tx.claim_runs(types, n, self.owner, self.lease_ttl, held)
+                        rows += await tx.claim_runs(
+                            types, n, self.owner, self.lease_ttl, held, self.ahead
+                        )
                         held = None  # the recovery runs once, in the first statement
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
@@ -172,7 +181,7 @@ class Claimer(Loop):
         open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
         if not open_types:
             return replace(done, next_in=self.interval)
-        due_in = await self.store.next_due_in(open_types)
+        due_in = await self.store.next_due_in(open_types, self.ahead)
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))

@@ -40,6 +40,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> Config:
             "api_listen",
             "poll_interval",
             "misfire_grace",
+            "claim_ahead",
             "log_level",
             "log_runs",
         )
@@ -306,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
         "[PUNCHCLOCK_LOG_RUNS]",
     )
     p.add_argument("--misfire-grace", type=float, help="seconds before a late run is missed")
+    p.add_argument(
+        "--claim-ahead", type=float, help="claim runs this early [PUNCHCLOCK_CLAIM_AHEAD]"
+    )
     p.add_argument("--metrics-listen", help="HOST:PORT for metrics [PUNCHCLOCK_METRICS_LISTEN]")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")
     p.set_defaults(func=cmd_supervise)

@@ -38,6 +38,10 @@ from supervisor.runner import Child
 from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
 DEFAULT_TIMEOUT = 3600.0
+# The planner holds off from HOLD_BEFORE before a claimed-ahead run's start until HOLD_AFTER
+# past it, so the spawn and the child's start-up do not queue behind planning CPU.
+HOLD_BEFORE = 0.03
+HOLD_AFTER = 0.01
 
 log = logging.getLogger("punchclock.executor")
 
@@ -120,6 +124,16 @@ class Executor:
                 out.append(LiveOutput(e.run_id, e.attempt, e.lease_token, *live))
         return out
 
+    def hold_off(self) -> float:
+        """Seconds until no start of a run claimed ahead is near (0: none is)."""
+        now = time.monotonic()
+        near = [
+            e.start_at
+            for e in self.inflight.values()
+            if now - HOLD_AFTER < e.start_at <= now + HOLD_BEFORE
+        ]
+        return max(near) + HOLD_AFTER - now if near else 0.0
+
     def leases(self) -> list[tuple[int, int]]:
         return [(e.run_id, e.lease_token) for e in self.inflight.values()]
 
@@ -168,6 +182,8 @@ class Executor:
             type=row.type,
             valid_until=claimed_at + self.lease_ttl,
             wakes_others=row.wakes_others,
+            # From the reply, not from `claimed_at` (when the claim was sent): never early.
+            start_at=time.monotonic() + row.start_in if row.start_in > 0 else 0.0,
         )
         if self.keeper is not None:
             entry.batch = self._announced(claimed_at, entry.valid_until)
@@ -251,6 +267,8 @@ class Executor:
             spec = await self._child_spec(entry, row)
             if isinstance(spec, ChildResult):
                 return spec
+            if (wait := entry.start_at - time.monotonic()) > 0:  # claimed ahead of its instant
+                await asyncio.sleep(wait)
             if entry.phase is not Phase.RUNNING:
                 # Lost, fenced or given back before the child even started: starting it now
                 # could overlap another host's execution of the same run.
@@ -281,7 +299,7 @@ class Executor:
         if handler is None:  # unregistered since the claim: fail the attempt, keep going
             return not_run(f"no handler registered for type {row.type!r} on this host")
         timeout = row.timeout_seconds or handler.timeout_seconds or DEFAULT_TIMEOUT
-        deadline = row.db_now + timedelta(seconds=timeout)
+        deadline = row.db_now + timedelta(seconds=row.start_in + timeout)
         env = self._envs.get(row.type)
         if env is None:
             env = self._envs[row.type] = handler.environment(os.environ)
@@ -385,11 +403,29 @@ class Executor:
             await asyncio.wait(tasks, timeout=min(0.2, max(0.0, deadline - time.monotonic())))
         return True
 
+    async def release_waiting(self) -> int:
+        """At shutdown, before the drain: runs claimed ahead whose instant has not come go
+        back unstarted (no attempt spent), to start on time on another host."""
+        now = time.monotonic()
+        return await self._give_back(
+            [
+                e
+                for e in self.inflight.values()
+                if e.child is None and e.phase is Phase.RUNNING and e.start_at > now
+            ]
+        )
+
     async def interrupt_all(self) -> int:
         """Kill what is left and give the runs back without consuming an attempt."""
         # A run whose child already ended has its result queued: the completer records it.
         # Releasing it instead would run a finished handler a second time elsewhere.
-        entries = [e for e in self.inflight.values() if e.phase is not Phase.COMPLETING]
+        return await self._give_back(
+            [e for e in self.inflight.values() if e.phase is not Phase.COMPLETING]
+        )
+
+    async def _give_back(self, entries: list[InFlight]) -> int:
+        if not entries:
+            return 0
         leases = [(e.run_id, e.lease_token) for e in entries]
         for e in entries:
             e.move(Phase.RELEASED)

@@ -13,7 +13,7 @@ from supervisor.runner import Child
 class Phase(enum.Enum):
     """Where an in-flight run stands with its lease; moves only along NEXT_PHASES."""
 
-    RUNNING = "running"  # the lease is ours; the child starts or runs
+    RUNNING = "running"  # the lease is ours; the child waits for its instant, starts or runs
     LOST = "lost"  # a renewal did not find the run: its child is killed at once
     FENCED = "fenced"  # the lease could not be renewed in time: its child is being killed
     RELEASED = "released"  # given back at shutdown: no completion is sent
@@ -46,6 +46,7 @@ class InFlight:
     job_name: str
     type: str
     valid_until: float  # monotonic: the lease surely holds until then
+    start_at: float = 0.0  # monotonic: its instant (claimed ahead); the child starts then
     wakes_others: bool = False  # its end may let another host start a run (overlap, limit)
     child: Child | None = None
     phase: Phase = Phase.RUNNING

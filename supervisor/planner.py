@@ -6,6 +6,7 @@ several planners split it with SKIP LOCKED. Inserting is idempotent (unique job+
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,9 @@ class PlanPass(Pass):
 
 
 HEARTBEAT_EVERY = 10.0  # seconds between this planner's heartbeat writes
+# A planner step holds off while a child start of this host is near (`hold_off`), at most
+# this long per step: planning slows down around starts but never stops.
+MAX_HOLD = 0.05
 
 
 class Planner(Loop):
@@ -41,8 +45,11 @@ class Planner(Loop):
         batch: int = 500,
         on_planned: Callable[[int, float], None] | None = None,
         heartbeat_url: str = "",
+        hold_off: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(interval)
+        # Seconds until no child start of this host is near (faces.Starts), else 0.
+        self.hold_off = hold_off
         self.store = store
         # The deployment's heartbeat ping: written at most every HEARTBEAT_EVERY s here, and
         # once per minute cluster-wide (heartbeat_ping's unique key).
@@ -76,7 +83,7 @@ class Planner(Loop):
                 jobs, db_now = await tx.pick_jobs_to_plan(self.batch)
                 if db_now is None:
                     return total
-                inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures)
+                inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures, self._pause)
                 if inserted:
                     await tx.notify_wake()
             for job in jobs:
@@ -106,6 +113,11 @@ class Planner(Loop):
             if len(jobs) < self.batch:
                 return total
         return total
+
+    async def _pause(self) -> None:
+        """Between planning steps: one loop turn, or longer while a start is near."""
+        hold = min(self.hold_off(), MAX_HOLD) if self.hold_off else 0.0
+        await asyncio.sleep(hold)
 
     async def heartbeat(self) -> bool:
         """Write this minute's heartbeat ping unless another planner has; True if we did."""

@@ -47,6 +47,9 @@ class Config:
     misfire_grace: float = _setting(
         60.0, "seconds a run may wait past its time before the catch-up policy calls it missed"
     )
+    claim_ahead: float = _setting(
+        0.25, "claim runs this many seconds before their instant; each starts at its instant"
+    )
     plan_horizon: float = _setting(86400.0, "seconds of future runs the planner keeps planned")
     plan_max_runs: int = _setting(100, "at most this many runs planned per job per pass")
     poll_interval: float = _setting(5.0, "fallback poll when no notification arrives (seconds)")
@@ -133,9 +136,17 @@ def _validate(cfg: Config) -> None:
     for name in positive:
         if getattr(cfg, name) <= 0:
             problems.append(f"{name}: must be greater than 0")
-    for name in ("kill_grace", "misfire_grace", "concurrency", "live_output_interval"):
+    for name in (
+        "kill_grace",
+        "misfire_grace",
+        "concurrency",
+        "live_output_interval",
+        "claim_ahead",
+    ):
         if getattr(cfg, name) < 0:
             problems.append(f"{name}: must not be negative")
+    if cfg.claim_ahead >= cfg.lease_ttl / 2:
+        problems.append("claim_ahead: must be less than half of lease_ttl")
     if cfg.plan_max_runs < 1:
         problems.append("plan_max_runs: must be at least 1")
     if cfg.output_limit < 0:

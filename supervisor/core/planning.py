@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -98,17 +99,20 @@ async def plan_jobs(
     db_now: datetime,
     limits: PlanLimits,
     failures: list[PlanFailure] | None = None,
+    pause: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
     """Insert the runs of already locked jobs and move their marks; returns rows inserted.
 
     With `failures`, a job that cannot be planned here is listed there and retried after
-    PLAN_RETRY instead of failing the batch: one bad job never stops a planner.
+    PLAN_RETRY instead of failing the batch: one bad job never stops a planner. `pause` is
+    awaited between steps (default: one loop turn); the planner's holds off near a start.
     """
+    yield_ = pause or _one_turn
     planned = PlannedRuns()
     marks: list[tuple[int, datetime | None, datetime]] = []
     for i, job in enumerate(jobs):
         if i and i % YIELD_EVERY == 0:
-            await asyncio.sleep(0)
+            await yield_()
         try:
             plan = plan_job(job, db_now, limits)
         except Exception as exc:
@@ -121,7 +125,11 @@ async def plan_jobs(
         exclusive = spec.overlap != Overlap.ALLOW
         planned.add(job.id, spec.type, exclusive, spec.max_attempts, plan.times, plan.missed)
         marks.append((job.id, plan.planned_until, plan.plan_after))
-    await asyncio.sleep(0)  # the insert's encoding is the next block of CPU
+    await yield_()  # the insert's encoding is the next block of CPU
     inserted = await tx.insert_planned_runs(planned)
     await tx.set_plan_marks(marks)
     return inserted
+
+
+async def _one_turn() -> None:
+    await asyncio.sleep(0)

@@ -197,7 +197,9 @@ SELECT id, job_id, reason FROM skipped;
 
 -- name: claim_runs
 -- One short transaction: lock due runs of the types offered here, start them under a new
--- lease token and record the attempt. Exclusive jobs (overlap skip/wait) start at most one
+-- lease token and record the attempt. $6 (claim_ahead): runs due within that many seconds
+-- are claimed too; the executor starts each at its instant (start_in), and started_at is
+-- that instant, never the earlier claim. Exclusive jobs (overlap skip/wait) start at most one
 -- run; runs_one_running_exclusive turns a cross-host race into a unique violation.
 -- $5: NULL normally. After a claim whose outcome is unknown (the connection died around
 -- COMMIT) it lists the runs this host holds: any other run still leased to this host was
@@ -214,8 +216,8 @@ WITH orphans AS (
       AND r.id <> ALL($5::bigint[]) AND r.lease_expires_at > now()
     RETURNING r.id, r.attempts
 ), orphan_attempts AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = 'interrupted',
-        error = 'interrupted: claim reply lost, given back unstarted'
+    UPDATE run_attempts a SET finished_at = greatest(now(), a.started_at),
+        outcome = 'interrupted', error = 'interrupted: claim reply lost, given back unstarted'
     FROM orphans o WHERE a.run_id = o.id AND a.attempt = o.attempts
 ), candidates AS (
     SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
@@ -223,7 +225,8 @@ WITH orphans AS (
            j.retry_cap_seconds, j.success_exit_codes, j.dead_on, j.retry_on, j.ping_url,
            j.max_concurrent, j.concurrency_group AS grp
     FROM runs r JOIN jobs j ON j.id = r.job_id
-    WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
+    WHERE r.status IN ('scheduled', 'failed')
+      AND r.run_after <= now() + make_interval(secs => $6::float8)
       AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
       AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
@@ -279,7 +282,7 @@ WITH orphans AS (
     UPDATE runs r SET status = 'running', attempts = r.attempts + 1,
         lease_owner = $3::text, lease_token = r.lease_token + 1,
         lease_expires_at = now() + make_interval(secs => $4::float8),
-        started_at = now(), finished_at = NULL,
+        started_at = greatest(now(), r.run_after), finished_at = NULL,
         job_slot = c.job_slot, run_group = c.run_group, group_slot = c.group_slot
     FROM chosen c
     WHERE r.id = ANY(ARRAY(SELECT id FROM chosen)) AND r.id = c.id
@@ -301,16 +304,18 @@ SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token
        COALESCE(c.payload, k.job_payload)::text AS payload,
        k.job_name, k.type, k.timeout_seconds, k.retry_base_seconds, k.retry_cap_seconds,
        k.success_exit_codes, k.dead_on, k.retry_on, k.ping_url, now() AS db_now,
+       greatest(0, EXTRACT(EPOCH FROM (c.run_after - now())))::float8 AS start_in,
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back
 FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
 
 -- name: next_due_in
--- Seconds until the next claimable run of these types comes due. Runs due now that the
--- claim left behind are locked by another host or blocked by overlap; a NOTIFY wakes us.
-SELECT EXTRACT(EPOCH FROM (min(r.run_after) - now()))::float8 FROM runs r
+-- Seconds until the next claimable run of these types comes within $2 (claim_ahead) of
+-- its instant. Runs nearer than that which the claim left behind are locked by another
+-- host or blocked by overlap; a NOTIFY wakes us.
+SELECT EXTRACT(EPOCH FROM (min(r.run_after) - now()))::float8 - $2::float8 FROM runs r
 JOIN jobs j ON j.id = r.job_id
-WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now()
+WHERE r.status IN ('scheduled', 'failed') AND r.run_after > now() + make_interval(secs => $2::float8)
   AND r.type = ANY($1::text[]) AND (NOT j.paused OR r.trigger = 'manual')
   AND j.deleted_at IS NULL;
 
@@ -543,8 +548,8 @@ WITH rel AS (
       AND r.status = 'running'
     RETURNING r.id, r.attempts
 ), att AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = 'interrupted',
-        error = 'interrupted: supervisor shut down'
+    UPDATE run_attempts a SET finished_at = greatest(now(), a.started_at),
+        outcome = 'interrupted', error = 'interrupted: supervisor shut down'
     FROM rel WHERE a.run_id = rel.id AND a.attempt = rel.attempts
 )
 SELECT id FROM rel;
@@ -961,12 +966,14 @@ RETURNING id;
 -- Revoke the lease: the holder's next renewal finds nothing and kills the child, and its
 -- fenced completion matches no row (runs_lease_when_running needs the lease cleared).
 WITH revoked AS (
-    UPDATE runs SET status = 'cancelled', finished_at = now(), lease_owner = NULL,
-        lease_expires_at = NULL, last_error = $2::text
+    -- greatest(): a run claimed ahead (claim_ahead) has started_at at its instant.
+    UPDATE runs SET status = 'cancelled', finished_at = greatest(now(), started_at),
+        lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text
     WHERE id = $1::bigint AND status = 'running'
     RETURNING id, attempts
 ), att AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = 'cancelled', error = $2::text
+    UPDATE run_attempts a SET finished_at = greatest(now(), a.started_at),
+        outcome = 'cancelled', error = $2::text
     FROM revoked v
     WHERE a.run_id = v.id AND a.attempt = v.attempts AND a.outcome = 'running'
 )

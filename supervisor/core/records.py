@@ -36,6 +36,7 @@ class Claim:
     exit_policy: ExitPolicy
     held_back: int = 0  # runs this claim locked but left waiting for a concurrency limit
     ping_url: str | None = None  # the job's: its completion writes the success/fail ping
+    start_in: float = 0.0  # seconds from the claim to the run's instant (claimed ahead)
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -59,6 +60,7 @@ class Claim:
             ExitPolicy.from_columns(r["success_exit_codes"], r["dead_on"], r["retry_on"]),
             r["held_back"],
             r["ping_url"],
+            r["start_in"],
         )
 
 

@@ -130,15 +130,20 @@ class Store(History):
         owner: str,
         lease_ttl: float,
         held: Sequence[int] | None = None,
+        ahead: float = 0.0,
     ) -> list[Claim]:
-        """Claim due runs. `held` (the runs this host is running) is given only after a
-        claim whose outcome is unknown: runs leased to `owner` but not held go back."""
+        """Claim runs due now or within `ahead` seconds (each Claim says when it starts).
+        `held` (the runs this host is running) is given only after a claim whose outcome
+        is unknown: runs leased to `owner` but not held go back."""
         held_ids = None if held is None else list(held)
-        rows = await self._fetch("claim_runs", list(types), limit, owner, lease_ttl, held_ids)
+        rows = await self._fetch(
+            "claim_runs", list(types), limit, owner, lease_ttl, held_ids, ahead
+        )
         return [Claim.from_row(r) for r in rows]
 
-    async def next_due_in(self, types: Sequence[str]) -> float | None:
-        return cast(float | None, await self._fetchval("next_due_in", list(types)))
+    async def next_due_in(self, types: Sequence[str], ahead: float = 0.0) -> float | None:
+        """Seconds until the next run of these types is claimable with `ahead`."""
+        return cast(float | None, await self._fetchval("next_due_in", list(types), ahead))
 
     async def write_live_tails(self, rows: Sequence[tuple[int, int, int, str, str]]) -> None:
         """(run_id, attempt, lease_token, stdout, stderr) of running attempts, by run id."""

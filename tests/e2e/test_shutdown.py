@@ -8,9 +8,10 @@ from pathlib import Path
 
 from supervisor.core.store import Store
 
+from ..factory import sql, sql_value
 from ..helpers import wait_for
 from .procs import Cluster, read_pids, wait_gone, watch
-from .scenario import all_attempts, all_in, attempts, create_runs, read_lines, runs
+from .scenario import all_attempts, all_in, attempts, create_runs, read_lines, runs, status_is
 
 
 async def test_sigterm_drains_then_releases_unfinished_runs(
@@ -63,4 +64,45 @@ async def test_sigterm_drains_then_releases_unfinished_runs(
     ] * 2
     done = sorted((d["run_id"], d["attempt"]) for d in read_lines(work / "done.csv"))
     assert done == sorted([(short_id, 1)] + [(r, 2) for r in long_ids])
+    assert b.stop() == 0, b.tail()
+
+
+async def test_sigterm_gives_back_a_run_claimed_ahead_before_its_instant(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    [run_id] = await create_runs(
+        store, "sleeper", 1, {"dir": str(work), "seconds": 0.1}, prefix="ahead"
+    )
+    move = """UPDATE runs SET scheduled_at = now() + make_interval(secs => $2),
+                  run_after = now() + make_interval(secs => $2) WHERE id = $1"""
+    await sql(store, move, run_id, 3600.0)
+    a = await cluster.start_ready(
+        "a", ["sleeper"], lease_ttl=10.0, extra_args=["--claim-ahead", "3"]
+    )
+    # Its instant lies 4 s out; `a` claims 3 s ahead, so it holds the run about 3 s early.
+    await sql(store, move, run_id, 4.0)
+    await sql(store, "SELECT pg_notify('punchclock_wake', '')")
+    await wait_for(lambda: status_is(store, run_id, "running"), 10, "a to claim it ahead")
+    row = (await runs(store, [run_id]))[run_id]
+    assert row["lease_owner"] == "a"
+    assert await sql_value(store, "SELECT now() < $1::timestamptz", row["scheduled_at"])
+
+    a.send(signal.SIGTERM)
+    assert a.wait(10) == 0, a.tail()
+    [drained] = a.events("supervisor_drained")
+    assert (drained["released_unstarted"], drained["clean"]) == (1, True), drained
+    assert not (work / f"{run_id}-1.pids").exists(), "its child never started"
+    row = (await runs(store, [run_id]))[run_id]
+    assert (row["status"], row["lease_owner"], row["max_attempts"]) == ("scheduled", None, 4)
+    [h] = await attempts(store, run_id)
+    assert (h["worker_id"], h["outcome"]) == ("a", "interrupted")
+
+    b = await cluster.start_ready("b", ["sleeper"])
+    await wait_for(lambda: status_is(store, run_id, "succeeded"), 15, "b to run it")
+    [done] = read_lines(work / "done.csv")
+    assert (done["run_id"], done["attempt"]) == (run_id, 2)
+    # b ran it at its instant, not before (the child's own clock against the schedule).
+    assert done["start_ns"] >= row["scheduled_at"].timestamp() * 1e9
     assert b.stop() == 0, b.tail()

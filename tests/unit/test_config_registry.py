@@ -30,6 +30,8 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ("", {"PUNCHCLOCK_METRICS_LISTEN": "nope"}, "metrics_listen: expected"),
         ("", {"PUNCHCLOCK_API_TOKENS": "root:short"}, "api_tokens"),
         ("log_level = 'loud'\n", {}, "log_level"),
+        ("claim_ahead = -0.1\n", {}, "claim_ahead: must not be negative"),
+        ("lease_ttl = 2\nclaim_ahead = 1\n", {}, "claim_ahead: must be less than half"),
         ("lease_ttl = \n", {}, "config file"),
         ("heartbeat_ping_url = 'ftp://x'\n", {}, "heartbeat_ping_url: must be an http"),
         (
