@@ -155,3 +155,18 @@ async def test_a_run_cancelled_inside_the_window_never_starts(store: Store, tmp_
     assert row is not None and row["status"] == "cancelled"
     assert row["finished_at"] >= row["started_at"]
     assert [e.outcome for e in ended] == ["rejected_late"]  # its not-run result was fenced off
+
+
+async def test_the_wait_counts_from_the_claims_end_not_its_transactions_start(
+    store: Store,
+) -> None:
+    # A claim pass of several statements is one transaction, and now() is its start: a
+    # claim made 0.6 s into it must still start the run at its instant, not 0.6 s late.
+    run_id = await _due_in(store, "late-claim", 1.0)
+    async with store.transaction() as tx:
+        began = await tx.now()
+        await asyncio.sleep(0.6)  # the transaction grows old (not a synchronisation)
+        [claim] = await tx.claim_runs(["echo"], 1, "w1", TTL, ahead=2.0)
+    assert claim.id == run_id
+    left_at_begin = (claim.scheduled_at - began).total_seconds()
+    assert 0.2 < claim.start_in < left_at_begin - 0.5, (claim.start_in, left_at_begin)
