@@ -290,3 +290,27 @@ async def test_a_job_this_host_cannot_plan_is_skipped_not_fatal(store: Store) ->
     await planner.run_once()
     assert planner.details() == {}
     assert await count(store, "runs", "job_id = $1", bad.id) > 0
+
+
+async def test_the_catchup_pass_locks_only_the_runs_it_skips(store: Store, dsn: str) -> None:
+    # A backlog the policy keeps ('all' within its window) is judged on every claim pass;
+    # locking it whole each time wrote every row (a row lock is a heap write).
+    kept_job = await _downtime(store, "kept", "all")
+    dropped_job = await _downtime(store, "dropped", "none")
+    other = await create_pool(dsn, min_size=1, max_size=1)
+    try:
+        async with store.transaction() as tx:
+            skipped = await tx.skip_missed_runs(60.0, 1000)
+            # Inside the pass's transaction another session can still lock every kept run.
+            kept = await other.fetch(
+                """SELECT id FROM runs WHERE job_id = $1 AND status = 'scheduled'
+                     AND scheduled_at <= now() FOR UPDATE NOWAIT""",
+                kept_job,
+            )
+        assert len(kept) == 6  # the last hour of */10: the catch-up window
+        assert {s.job_id for s in skipped} == {dropped_job}
+    finally:
+        await other.close()
+    # (its runs older than the window were recorded missed when they were planned)
+    assert (await _due_statuses(store, kept_job)) == {"scheduled": 6, "skipped": 12}
+    assert (await _due_statuses(store, dropped_job)).keys() == {"skipped"}
