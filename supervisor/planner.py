@@ -48,7 +48,7 @@ class Planner(Loop):
         hold_off: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(interval)
-        # Seconds until no child start of this host is near (faces.Starts), else 0.
+        # Seconds until no child start of this host is near, else 0 (Executor.hold_off).
         self.hold_off = hold_off
         self.store = store
         # The deployment's heartbeat ping: written at most every HEARTBEAT_EVERY s here, and

@@ -105,7 +105,7 @@ async def plan_jobs(
 
     With `failures`, a job that cannot be planned here is listed there and retried after
     PLAN_RETRY instead of failing the batch: one bad job never stops a planner. `pause` is
-    awaited between steps (default: one loop turn); the planner's holds off near a start.
+    awaited between steps (default: one loop turn); the planner's pause holds off near a start.
     """
     yield_ = pause or _one_turn
     planned = PlannedRuns()
