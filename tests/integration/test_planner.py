@@ -300,7 +300,9 @@ async def test_the_catchup_pass_locks_only_the_runs_it_skips(store: Store, dsn: 
     other = await create_pool(dsn, min_size=1, max_size=1)
     try:
         async with store.transaction() as tx:
-            skipped = await tx.skip_missed_runs(60.0, 1000)
+            # No misfire grace: every due run counts as missed, whatever the minute (with
+            # 60 s, a */10 run under a minute old was neither kept nor skipped yet).
+            skipped = await tx.skip_missed_runs(0.0, 1000)
             # Inside the pass's transaction another session can still lock every kept run.
             kept = await other.fetch(
                 """SELECT id FROM runs WHERE job_id = $1 AND status = 'scheduled'
