@@ -1,8 +1,9 @@
 """The claimer service: starts due runs of the types this host offers, up to its free slots.
 
 It sleeps until the earliest due run it could take, a NOTIFY wake-up, or a freed slot; a
-bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs in the
-same short transaction as the claim, so a missed run is never started.
+bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs just
+before each claim, in a statement of its own; the claim itself never starts a run that
+the policy skips, whether or not a pass has reached it.
 
 While a backlog of due runs waits, a freed slot waits until `refill_batch` slots are free
 (app.py: all of them) or `refill_wait` seconds passed, and one claim refills them together:
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import UniqueConflict
@@ -36,6 +38,9 @@ from supervisor.core.records import Claim, Skipped
 from supervisor.core.store import Store
 from supervisor.faces import Slots
 from supervisor.loop import Loop, Pass
+
+# Old unstarted runs one catch-up pass judges; the next pass reads on from the last one.
+CATCHUP_WINDOW = 1000
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class Claimer(Loop):
         self._backlog = False  # the last claim filled every free slot: more may be due
         self.unstarted = 0  # claimed runs start() refused since start-up (a metric)
         self._refill_by: float | None = None
+        # Where the next catch-up pass reads on among old unstarted runs (None: the oldest).
+        self._catchup_from: tuple[datetime, int] | None = None
 
     async def run_once(self) -> ClaimPass:
         if not self.types:
@@ -113,13 +120,17 @@ class Claimer(Loop):
         skipped: list[Skipped] = []
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
-                skipped = await tx.skip_missed_runs(self.misfire_grace, 1000)
+                catchup = await tx.skip_missed_runs(
+                    self.misfire_grace, CATCHUP_WINDOW, self._catchup_from
+                )
+                self._catchup_from, skipped = catchup.resume_after, catchup.skipped
                 rows: list[Claim] = []
                 for types, most in batches:
                     if (n := min(most, free - len(rows))) > 0:
                         rows += await tx.claim_runs(
-                            types, n, self.owner, self.lease_ttl, held, self.ahead
-                        )
+                            types, n, self.owner, self.lease_ttl, held, self.ahead,
+                            self.misfire_grace,
+                        )  # fmt: skip
                         held = None  # the recovery runs once, in the first statement
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.

@@ -144,18 +144,28 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 -- 'skip' jobs skip due runs while another run of the job is running. Manual runs are
 -- explicit requests: never skipped (under overlap 'skip' they wait, like 'wait').
 -- Two index range scans keep it cheap on every claim: old unstarted runs, and due runs of
--- exclusive jobs. They are judged unlocked; only the runs to skip are locked (a backlog
--- that the policy keeps, catch-up 'all' within its window, used to be locked whole on
--- every claim pass: up to 1,000 row locks, each a heap write, 2 ms a pass).
-WITH due AS (
+-- exclusive jobs that run now. They are judged unlocked; only the runs to skip are locked
+-- (a backlog that the policy keeps, catch-up 'all' within its window, used to be locked
+-- whole on every claim pass: up to 1,000 row locks, each a heap write, 2 ms a pass).
+-- The old runs are read in (run_after, id) order from after ($3, $4), the last pass's
+-- position (NULL: from the start): what the policy keeps, and a paused job's runs (judged
+-- at its resume), no longer fill the window for good. The last row gives the position for
+-- the next pass (NULL once the scan reached the end). claim_runs never starts a run this
+-- judgement skips, so a run the pass has not reached yet waits; it does not run.
+WITH old AS (
+    SELECT id, run_after FROM runs WHERE status IN ('scheduled', 'failed')
+      AND run_after < now() - make_interval(secs => $1::float8)
+      AND (run_after, id) > (COALESCE($3::timestamptz, '-infinity'), COALESCE($4::bigint, 0))
+    ORDER BY run_after, id LIMIT $2::int
+), due AS (
     SELECT r.id, r.job_id, r.scheduled_at, r.exclusive FROM runs r
     WHERE r.id = ANY(ARRAY(
-        (SELECT id FROM runs WHERE status IN ('scheduled', 'failed')
-           AND run_after < now() - make_interval(secs => $1::float8)
-         ORDER BY run_after LIMIT $2::int)
+        (SELECT id FROM old)
         UNION
-        (SELECT id FROM runs WHERE status IN ('scheduled', 'failed') AND exclusive
-           AND run_after <= now()
+        (SELECT id FROM runs e WHERE status IN ('scheduled', 'failed') AND exclusive
+           AND run_after <= now() AND EXISTS (
+               SELECT 1 FROM runs x WHERE x.job_id = e.job_id AND x.status = 'running'
+                 AND x.exclusive)
          ORDER BY run_after LIMIT $2::int)))
       AND r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
 ), judged AS (
@@ -199,7 +209,13 @@ WITH due AS (
     CROSS JOIN LATERAL notify_targets(s.job_id, e.event) c
     JOIN jobs j ON j.id = s.job_id
 )
-SELECT id, job_id, reason FROM skipped;
+SELECT id, job_id, reason, NULL::timestamptz AS next_after, NULL::bigint AS next_id
+FROM skipped
+UNION ALL
+SELECT NULL, NULL, NULL, last.run_after, last.id
+FROM (SELECT count(*) AS n FROM old) c
+LEFT JOIN LATERAL (SELECT run_after, id FROM old ORDER BY run_after DESC, id DESC LIMIT 1) last
+    ON c.n = $2::int;
 
 -- ---------------------------------------------------------------- claiming
 
@@ -246,6 +262,16 @@ WITH orphans AS (
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
             AND x.exclusive))
+      -- Catch-up, judged as skip_missed_runs judges it ($7: the misfire grace): a missed
+      -- run its policy skips is never started, even when no pass has reached it yet (the
+      -- pass reads a bounded window; the run waits there to be recorded skipped).
+      AND NOT (r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
+          AND r.scheduled_at < now() - make_interval(secs => $7::float8)
+          AND (r.scheduled_at < now() - make_interval(secs => j.catchup_window_seconds)
+               OR j.catchup = 'none'
+               OR (j.catchup = 'latest' AND EXISTS (
+                   SELECT 1 FROM runs n WHERE n.job_id = r.job_id AND n.trigger = 'schedule'
+                     AND n.scheduled_at > r.scheduled_at AND n.scheduled_at <= now()))))
       -- A limit already reached keeps the job's runs out of the window, as overlap does.
       AND (j.max_concurrent IS NULL OR j.max_concurrent > (
           SELECT count(*) FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'

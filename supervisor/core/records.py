@@ -78,6 +78,22 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class CatchUp:
+    """One catch-up pass (skip_missed_runs): what it skipped, and where the next pass reads
+    on in the old unstarted runs, (run_after, id); None: from the start again."""
+
+    skipped: list[Skipped]
+    resume_after: tuple[datetime, int] | None
+
+    @classmethod
+    def from_rows(cls, rows: list[Record]) -> CatchUp:
+        skipped = [Skipped.from_row(r) for r in rows if r["id"] is not None]
+        last = rows[-1]  # the statement's last row carries the position
+        resume = None if last["next_id"] is None else (last["next_after"], last["next_id"])
+        return cls(skipped, resume)
+
+
+@dataclass(frozen=True, slots=True)
 class Reaped:
     """A run whose lease expired, taken back from its dead holder (reap_expired)."""
 

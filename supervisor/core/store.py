@@ -18,7 +18,7 @@ from supervisor.core.db import Record
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.history import History, OpenRange, TimeRange
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.records import Claim, Reaped, Skipped
+from supervisor.core.records import CatchUp, Claim, Reaped
 
 
 class Store(History):
@@ -117,9 +117,15 @@ class Store(History):
     async def count_jobs_behind(self) -> int:
         return cast(int, await self._fetchval("count_jobs_behind"))
 
-    async def skip_missed_runs(self, misfire_grace: float, limit: int) -> list[Skipped]:
-        rows = await self._fetch("skip_missed_runs", misfire_grace, limit)
-        return [Skipped.from_row(r) for r in rows]
+    async def skip_missed_runs(
+        self, misfire_grace: float, limit: int, after: tuple[datetime, int] | None = None
+    ) -> CatchUp:
+        """Judge at most `limit` old unstarted runs, from after `after` (a previous pass's
+        resume_after), and the due runs of exclusive jobs that run now; record the skipped."""
+        at, run_id = after if after is not None else (None, None)
+        return CatchUp.from_rows(
+            await self._fetch("skip_missed_runs", misfire_grace, limit, at, run_id)
+        )
 
     # ------------------------------------------------------------ claiming and leases
 
@@ -131,13 +137,15 @@ class Store(History):
         lease_ttl: float,
         held: Sequence[int] | None = None,
         ahead: float = 0.0,
+        misfire_grace: float = 60.0,
     ) -> list[Claim]:
         """Claim runs due now or within `ahead` seconds (each Claim says when it starts).
         `held` (the runs this host is running) is given only after a claim whose outcome
-        is unknown: runs leased to `owner` but not held go back."""
+        is unknown: runs leased to `owner` but not held go back. A run missed by more than
+        `misfire_grace` that its catch-up policy skips is left for skip_missed_runs."""
         held_ids = None if held is None else list(held)
         rows = await self._fetch(
-            "claim_runs", list(types), limit, owner, lease_ttl, held_ids, ahead
+            "claim_runs", list(types), limit, owner, lease_ttl, held_ids, ahead, misfire_grace
         )
         return [Claim.from_row(r) for r in rows]
 

@@ -24,11 +24,12 @@ async def _job(store: Store, name: str, n: int, limits: JobLimits) -> int:
     row = await store.insert_job(job(name, cron="0 0 1 1 *"))
     async with store.transaction() as tx:
         await store_job_limits(tx, row.id, limits)
-    await sql(  # n runs due at once, oldest first
+    await sql(  # n runs due at once, oldest first, within the misfire grace (not missed)
         store,
         "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
-        " SELECT $1, now() - make_interval(secs => 100 - i), now() - make_interval(secs => 100 - i),"
-        " 'echo', 3 FROM generate_series(1, $2) AS i",
+        " SELECT $1, now() - make_interval(secs => (100 - i) / 10.0),"
+        " now() - make_interval(secs => (100 - i) / 10.0), 'echo', 3"
+        " FROM generate_series(1, $2) AS i",
         row.id,
         n,
     )

@@ -302,7 +302,7 @@ async def test_the_catchup_pass_locks_only_the_runs_it_skips(store: Store, dsn: 
         async with store.transaction() as tx:
             # No misfire grace: every due run counts as missed, whatever the minute (with
             # 60 s, a */10 run under a minute old was neither kept nor skipped yet).
-            skipped = await tx.skip_missed_runs(0.0, 1000)
+            skipped = (await tx.skip_missed_runs(0.0, 1000)).skipped
             # Inside the pass's transaction another session can still lock every kept run.
             kept = await other.fetch(
                 """SELECT id FROM runs WHERE job_id = $1 AND status = 'scheduled'
@@ -316,3 +316,44 @@ async def test_the_catchup_pass_locks_only_the_runs_it_skips(store: Store, dsn: 
     # (its runs older than the window were recorded missed when they were planned)
     assert (await _due_statuses(store, kept_job)) == {"scheduled": 6, "skipped": 12}
     assert (await _due_statuses(store, dropped_job)).keys() == {"skipped"}
+
+
+async def test_a_window_full_of_paused_runs_never_lets_a_missed_run_start(store: Store) -> None:
+    # The catch-up pass reads the oldest old unstarted runs up to its limit. A paused job's
+    # planned runs age there and are never judged (its policy applies on resume), so enough
+    # of them once filled the window for good: a 'none' job's missed runs behind them were
+    # never judged, and the claim started them.
+    paused = await jobs.create_job(store, job("paused", cron="* * * * *"), LIMITS)
+    await jobs.set_paused(store, paused.id, True, LIMITS)
+    shift = "interval '3 hours'"
+    await sql(
+        store,
+        f"update runs set scheduled_at = scheduled_at - {shift}, run_after = run_after - {shift}"
+        " where job_id=$1",
+        paused.id,
+    )
+    dropped = await _downtime(store, "dropped", "none")
+    async with store.transaction() as tx:
+        # A window of 10 stands for the claimer's 1,000, filled by the paused job's runs.
+        first = await tx.skip_missed_runs(60.0, 10)
+        claimed = await tx.claim_runs(["echo"], 1000, "w1", 30.0, misfire_grace=60.0)
+    started_missed = [
+        c.scheduled_at
+        for c in claimed
+        if c.job_id == dropped and c.scheduled_at < c.db_now - timedelta(seconds=60)
+    ]
+    assert started_missed == [], "missed runs of a catch-up 'none' job started"
+    assert first.skipped == [] and first.resume_after is not None
+    # Later passes read on past the paused runs and record the rest as missed.
+    resume = first.resume_after
+    for _ in range(30):
+        async with store.transaction() as tx:
+            catchup = await tx.skip_missed_runs(60.0, 10, resume)
+        resume = catchup.resume_after
+        if resume is None:
+            break
+    statuses = await _due_statuses(store, dropped)
+    assert statuses.get("scheduled", 0) == 0, statuses
+    assert statuses["skipped"] >= 17
+    # The paused job's runs wait for its resume, unjudged.
+    assert (await _due_statuses(store, paused.id)).keys() == {"scheduled"}
