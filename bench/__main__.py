@@ -21,7 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from bench import api, history, lateness, livetail, memory, planner, snapshot, throughput, ui
+from bench import (
+    api,
+    backlog,
+    history,
+    lateness,
+    livetail,
+    memory,
+    planner,
+    snapshot,
+    throughput,
+    ui,
+)
 from bench.common import (
     ROOT,
     Context,
@@ -34,7 +45,8 @@ from bench.common import (
 )
 
 SCENARIOS: dict[str, ModuleType] = {
-    m.NAME: m for m in (throughput, livetail, lateness, planner, api, ui, memory, snapshot, history)
+    m.NAME: m
+    for m in (throughput, livetail, lateness, planner, api, ui, memory, snapshot, history, backlog)
 }
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
 

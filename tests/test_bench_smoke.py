@@ -26,6 +26,7 @@ SCENARIOS = {
     "memory",
     "snapshot",
     "history",
+    "backlog",
 }
 
 

@@ -1,0 +1,93 @@
+"""Claims and the next-due query read each offered type's due runs apart (migration 0012):
+runs of a type nobody here offers are neither read nor locked, and the offered types' runs
+come merged in run_after order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from supervisor.core.db import create_pool
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
+
+from ..factory import sql, sql_rows
+from ..helpers import job
+
+
+async def _runs(store: Store, type_: str, ages: list[float]) -> int:
+    """Manual runs of a new job of `type_`, due `ages` seconds ago (negative: ahead)."""
+    row = await store.insert_job(job(f"job-{type_}", type_, cron="0 0 1 1 *"))
+    await sql(
+        store,
+        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
+        " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
+        " 'manual', $2, 3 FROM unnest($3::float8[]) a",
+        row.id,
+        type_,
+        ages,
+    )
+    return int(row.id)
+
+
+async def test_a_claim_merges_the_offered_types_and_leaves_the_others_alone(
+    store: Store,
+) -> None:
+    a = await _runs(store, "a", [50, 30, 10])
+    b = await _runs(store, "b", [40, 20])
+    unserved = await _runs(store, "c", [float(s) for s in range(100, 2100)])  # older than all
+    async with store.transaction() as tx:
+        claimed = await tx.claim_runs(["a", "b", "a"], 3, "w1", 30.0)
+        # The unoffered backlog is not locked by the claim (another host may take it).
+        free = await sql_rows(
+            store,
+            "SELECT id FROM runs WHERE job_id = $1 FOR UPDATE SKIP LOCKED",
+            unserved,
+        )
+    assert [(c.job_id, c.type) for c in claimed] == [(a, "a"), (b, "b"), (a, "a")]
+    times = [c.scheduled_at for c in claimed]
+    assert times == sorted(times)
+    assert len(free) == 2000
+    # What the claim locked past its limit was let go: the next claim takes it.
+    async with store.transaction() as tx:
+        rest = await tx.claim_runs(["b", "a"], 10, "w2", 30.0)
+    assert sorted((c.job_id, c.type) for c in rest) == [(a, "a"), (b, "b")]
+
+
+async def test_next_due_in_is_the_soonest_of_the_offered_types(store: Store) -> None:
+    await _runs(store, "a", [-30.0])
+    await _runs(store, "b", [-10.0])
+    await _runs(store, "c", [-1.0])  # sooner, but not offered
+    due = await store.next_due_in(["a", "b"])
+    assert due is not None and 8 < due <= 10
+    assert await store.next_due_in(["x"]) is None
+
+
+async def test_the_claim_plan_reads_the_per_type_index(dsn: str, store: Store) -> None:
+    await _runs(store, "a", [5.0])
+    await _runs(store, "c", [float(s) for s in range(100, 1100)])
+    await sql(store, "ANALYZE jobs, runs")
+    pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)  # as supervisors
+    try:
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            plan = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim_runs"].rstrip().rstrip(";"),
+                ["a"], 8, "w1", 30.0, None, 0.0, 60.0,
+            )  # fmt: skip
+            await tx.rollback()
+    finally:
+        await pool.close()
+    scans = list(_nodes(json.loads(plan)[0]["Plan"]))
+    by_type = [n for n in scans if n.get("Index Name") == "runs_claimable_by_type"]
+    assert by_type, "the claim no longer reads runs_claimable_by_type"
+    # One due run of type a: the scan reads it and nothing of c's 1,000.
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in by_type) == 1
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [node]
+    for child in node.get("Plans", []):
+        out += _nodes(child)
+    return out
