@@ -1,11 +1,15 @@
-"""A backlog of a type nobody offers: its hosts are down (or a large backfill waits for
-them) while the other types' runs go on.
+"""What other hosts leave in the tables: a backlog of a type nobody offers (its hosts are
+down, or a large backfill waits for them), and a crowd of runs running on other hosts.
 
-In one database: the claim of 8 due runs of an offered type (the claim statement as a
-supervisor sends it, in a transaction rolled back each time, p50 of many) and a 2-supervisor
-drain of N /bin/true runs, first with no backlog, then behind B older due runs of a type no
-supervisor offers. Ratios to the same figure without the backlog, same run. Before the
-per-type claim (migration 0012) each claim walked the backlog in run_after order.
+In one database, with supervisors' sessions (generic plans): the claim of 8 due runs of an
+offered type, and the renewal and completion of 8 runs this host holds (each in a
+transaction rolled back, p50 of many), and a 2-supervisor drain of N /bin/true runs. First
+with neither; then behind B older due runs of a type no supervisor offers; then beside R
+runs running on other hosts too. Ratios to the same figure without them, same run.
+
+Before the per-type claim (migration 0012) each claim walked the backlog in run_after
+order; before completions and renewals went by primary key only, each scanned every
+running run of every host.
 """
 
 from __future__ import annotations
@@ -18,11 +22,17 @@ import asyncpg
 from bench.common import Context, ScenarioResult, summary
 from bench.throughput import drain_in
 from supervisor.core.db import create_pool
-from supervisor.core.sql import QUERIES
+from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.store import Completion, Store
 
 NAME = "backlog"
-PROBE_TYPE = "probe"  # due runs the claim probe takes (and gives back)
+PROBE_TYPE = "probe"  # due runs the probes take (and give back)
 UNSERVED_TYPE = "unserved"
+OWNER = "bench-probe"
+
+
+class _Rollback(Exception):
+    pass
 
 
 async def _insert_due(conn: asyncpg.Connection, type_: str, n: int, age_s: float) -> None:
@@ -43,52 +53,108 @@ async def _insert_due(conn: asyncpg.Connection, type_: str, n: int, age_s: float
     await conn.execute("ANALYZE jobs, runs")
 
 
-async def claim_ms(dsn: str, samples: int) -> dict[str, float]:
-    """p50/p99 of one claim of 8 probe runs, rolled back: as a supervisor's session plans it."""
+async def _insert_running(conn: asyncpg.Connection, n: int) -> None:
+    """`n` runs running on other hosts, leased for a day, one per job, with their attempts."""
+    await conn.execute("ANALYZE jobs, runs, run_attempts")
+    await conn.execute(
+        """WITH j AS (
+               INSERT INTO jobs (name, type, run_at, planned_until, plan_after)
+               SELECT 'elsewhere-' || g, 'elsewhere', now() + interval '1 year',
+                      now() + interval '1 year', 'infinity'
+               FROM generate_series(1, $1::int) g RETURNING id
+           ), r AS (
+               INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts,
+                                 status, attempts, lease_owner, lease_token, lease_expires_at,
+                                 started_at)
+               SELECT id, now(), now(), 'manual', 'elsewhere', 3, 'running', 1,
+                      'elsewhere-' || (id % 20), 1, now() + interval '1 day', now()
+               FROM j RETURNING id, lease_owner
+           )
+           INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token)
+           SELECT id, 1, lease_owner, 1 FROM r""",
+        n,
+    )
+    # No ANALYZE: the statistics are from before they started, as after a quiet night
+    # (autovacuum analyzes a big table only every 10 % of changes); the drain after the
+    # probes analyzes, as a busy day's autovacuum would.
+
+
+async def probe_ms(dsn: str, samples: int) -> dict[str, dict[str, float]]:
+    """p50/p99 of a claim of 8 probe runs, their renewal and their completion, in one
+    transaction rolled back each time, on a pool set up as a supervisor's."""
     pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
+    out: dict[str, list[float]] = {"claim": [], "renew": [], "complete": []}
     try:
-        async with pool.acquire() as conn:
-            out = []
-            for i in range(samples + 10):
-                tx = conn.transaction()
-                await tx.start()
-                started = time.perf_counter()
-                rows = await conn.fetch(
-                    QUERIES["claim_runs"], [PROBE_TYPE], 8, "bench", 30.0, None, 0.0, 60.0
-                )
-                elapsed = (time.perf_counter() - started) * 1000
-                await tx.rollback()
-                assert len(rows) == 8, len(rows)
-                if i >= 10:  # the first executions plan and warm the cache
-                    out.append(elapsed)
+        store = Store(pool)
+        for i in range(samples + 10):  # the first executions plan and warm the cache
+            took: dict[str, float] = {}
+            try:
+                async with store.transaction() as tx:
+                    t = time.perf_counter()
+                    claims = await tx.claim_runs([PROBE_TYPE], 8, OWNER, 30.0)
+                    took["claim"] = time.perf_counter() - t
+                    assert len(claims) == 8, len(claims)
+                    t = time.perf_counter()
+                    renewed = await tx.renew_leases(
+                        [(c.id, c.lease_token) for c in claims], OWNER, 30.0
+                    )
+                    took["renew"] = time.perf_counter() - t
+                    done = [
+                        Completion(c.id, c.lease_token, RunStatus.SUCCEEDED, 0.0,
+                                   Outcome.SUCCEEDED, exit_code=0)
+                        for c in claims
+                    ]  # fmt: skip
+                    t = time.perf_counter()
+                    recorded = await tx.complete_runs(done, OWNER)
+                    took["complete"] = time.perf_counter() - t
+                    assert len(renewed) == len(recorded) == 8
+                    raise _Rollback
+            except _Rollback:
+                pass
+            if i >= 10:
+                for key, seconds in took.items():
+                    out[key].append(seconds * 1000)
     finally:
         await pool.close()
-    return summary(out)
+    return {key: summary(values) for key, values in out.items()}
 
 
 async def run(ctx: Context) -> ScenarioResult:
     res = ScenarioResult(NAME)
-    n, backlog, samples = (300, 2_000, 20) if ctx.smoke else (10_000, 50_000, 200)
+    smoke = ctx.smoke
+    n, backlog, running, samples = (
+        (300, 2_000, 1_000, 20) if smoke else (10_000, 50_000, 20_000, 200)
+    )
     out: dict[str, Any] = {}
     async with ctx.dbs.fresh("backlog") as dsn:
         conn = await asyncpg.connect(dsn)
         try:
             await _insert_due(conn, PROBE_TYPE, 100, 1.0)
-            out["claim_before"] = await claim_ms(dsn, samples)
-            out["before"] = await drain_in(ctx, dsn, n, "before")
-            # Older than every other run, and than the drains' misfire grace (3,600 s): the catch-up
-            # pass reads them too.
+            out["probe_clear"] = await probe_ms(dsn, samples)
+            out["clear"] = await drain_in(ctx, dsn, n, "clear")
+            # Older than every other run, and than the drains' misfire grace (3,600 s): the
+            # catch-up pass reads them too.
             await _insert_due(conn, UNSERVED_TYPE, backlog, 7200.0)
-            out["claim_behind"] = await claim_ms(dsn, samples)
-            out["behind"] = await drain_in(ctx, dsn, n, "behind")
+            out["probe_backlog"] = await probe_ms(dsn, samples)
+            out["backlog"] = await drain_in(ctx, dsn, n, "backlog")
+            await _insert_running(conn, running)
+            out["probe_crowd"] = await probe_ms(dsn, samples)
+            out["crowd"] = await drain_in(ctx, dsn, n, "crowd")
         finally:
             await conn.close()
-    before, behind = out["claim_before"]["p50"], out["claim_behind"]["p50"]
-    what = f"behind {backlog:,} unserved due runs"
-    res.add(f"claim of 8 {what}: p50", behind, "ms", baseline=before)
-    rate, base = out["behind"]["runs_per_s"], out["before"]["runs_per_s"]
-    res.add(f"{n:,}-run drain {what}", rate, "runs/s", baseline=base)
-    for key in ("before", "behind"):
+    clear = out["probe_clear"]
+    behind = f"behind {backlog:,} unserved due runs"
+    beside = f"beside {running:,} running elsewhere"
+    res.add(f"claim of 8 {behind}: p50", out["probe_backlog"]["claim"]["p50"], "ms",
+            baseline=clear["claim"]["p50"])  # fmt: skip
+    res.add(f"{n:,}-run drain {behind}", out["backlog"]["runs_per_s"], "runs/s",
+            baseline=out["clear"]["runs_per_s"])  # fmt: skip
+    for op in ("claim", "renew", "complete"):
+        res.add(f"{op} of 8 {beside} (and {behind}): p50", out["probe_crowd"][op]["p50"],
+                "ms", baseline=clear[op]["p50"])  # fmt: skip
+    res.add(f"{n:,}-run drain {beside} (and {behind})", out["crowd"]["runs_per_s"], "runs/s",
+            baseline=out["clear"]["runs_per_s"])  # fmt: skip
+    for key in ("clear", "backlog", "crowd"):
         res.checks[f"exactly once: {key}"] = bool(out[key]["exactly_once"])
     res.details = out
     return res

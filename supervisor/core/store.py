@@ -118,14 +118,20 @@ class Store(History):
         return cast(int, await self._fetchval("count_jobs_behind"))
 
     async def skip_missed_runs(
-        self, misfire_grace: float, limit: int, after: tuple[datetime, int] | None = None
+        self,
+        misfire_grace: float,
+        limit: int,
+        after: tuple[datetime, int] | None = None,
+        *,
+        old: bool = True,
     ) -> CatchUp:
-        """Judge at most `limit` old unstarted runs, from after `after` (a previous pass's
-        resume_after), and the due runs of exclusive jobs that run now; record the skipped."""
+        """Judge at most `limit` old unstarted runs (none without `old`), from after `after`
+        (a previous pass's resume_after), and at most `limit` due runs of exclusive jobs
+        that run now; record the skipped."""
         at, run_id = after if after is not None else (None, None)
-        return CatchUp.from_rows(
-            await self._fetch("skip_missed_runs", misfire_grace, limit, at, run_id)
-        )
+        window = limit if old else 0
+        rows = await self._fetch("skip_missed_runs", misfire_grace, window, at, run_id, limit)
+        return CatchUp.from_rows(rows)
 
     # ------------------------------------------------------------ claiming and leases
 

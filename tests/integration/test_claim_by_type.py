@@ -1,14 +1,9 @@
 """Claims and the next-due query read each offered type's due runs apart (migration 0012):
 runs of a type nobody here offers are neither read nor locked, and the offered types' runs
-come merged in run_after order."""
+come merged in run_after order. The plan itself: test_hot_plans.py."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from supervisor.core.db import create_pool
-from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
 from ..factory import sql, sql_rows
@@ -61,33 +56,3 @@ async def test_next_due_in_is_the_soonest_of_the_offered_types(store: Store) -> 
     due = await store.next_due_in(["a", "b"])
     assert due is not None and 8 < due <= 10
     assert await store.next_due_in(["x"]) is None
-
-
-async def test_the_claim_plan_reads_the_per_type_index(dsn: str, store: Store) -> None:
-    await _runs(store, "a", [5.0])
-    await _runs(store, "c", [float(s) for s in range(100, 1100)])
-    await sql(store, "ANALYZE jobs, runs")
-    pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)  # as supervisors
-    try:
-        async with pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
-            plan = await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["claim_runs"].rstrip().rstrip(";"),
-                ["a"], 8, "w1", 30.0, None, 0.0, 60.0,
-            )  # fmt: skip
-            await tx.rollback()
-    finally:
-        await pool.close()
-    scans = list(_nodes(json.loads(plan)[0]["Plan"]))
-    by_type = [n for n in scans if n.get("Index Name") == "runs_claimable_by_type"]
-    assert by_type, "the claim no longer reads runs_claimable_by_type"
-    # One due run of type a: the scan reads it and nothing of c's 1,000.
-    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in by_type) == 1
-
-
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [node]
-    for child in node.get("Plans", []):
-        out += _nodes(child)
-    return out

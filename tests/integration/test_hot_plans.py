@@ -1,0 +1,117 @@
+"""The hot path's generic plans (supervisor sessions force them) stay key lookups whatever
+else the tables hold: the claim reads only its own types (runs_claimable_by_type), and a
+completion or renewal finds its runs by primary key, not by scanning every running run of
+every host (statistics from a quiet moment once made that plan look cheapest)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from supervisor.core.db import create_pool
+from supervisor.core.sql import QUERIES
+from supervisor.core.store import Store
+
+from ..factory import sql, sql_rows
+from ..helpers import job
+
+
+async def _runs(store: Store, type_: str, ages: list[float]) -> int:
+    """Manual runs of a new job of `type_`, due `ages` seconds ago."""
+    row = await store.insert_job(job(f"job-{type_}", type_, cron="0 0 1 1 *"))
+    await sql(
+        store,
+        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
+        " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
+        " 'manual', $2, 3 FROM unnest($3::float8[]) a",
+        row.id,
+        type_,
+        ages,
+    )
+    return int(row.id)
+
+
+async def _explain(dsn: str, steps: list[tuple[str, tuple[Any, ...]]]) -> list[dict[str, Any]]:
+    """EXPLAIN ANALYZE each (query, args) in one transaction (rolled back), on a pool set
+    up as a supervisor's; every plan node of every statement."""
+    pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
+    nodes: list[dict[str, Any]] = []
+    try:
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                for name, args in steps:
+                    text = QUERIES[name].rstrip().rstrip(";")
+                    plan = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + text, *args)
+                    nodes += _nodes(json.loads(plan)[0]["Plan"])
+            finally:
+                await tx.rollback()
+    finally:
+        await pool.close()
+    return nodes
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [node]
+    for child in node.get("Plans", []):
+        out += _nodes(child)
+    return out
+
+
+def _rows(nodes: list[dict[str, Any]], index: str) -> int:
+    return sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes if n.get("Index Name") == index)
+
+
+async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> None:
+    await _runs(store, "a", [5.0])
+    await _runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
+    await sql(store, "ANALYZE jobs, runs")
+    nodes = await _explain(dsn, [("claim_runs", (["a"], 8, "w1", 30.0, None, 0.0, 60.0))])
+    # One due run of type a: the scan reads it and nothing of c's 1,000.
+    assert _rows(nodes, "runs_claimable_by_type") == 1
+    assert _rows(nodes, "runs_claimable") == 0
+
+
+async def test_completions_and_renewals_find_their_runs_by_key(dsn: str, store: Store) -> None:
+    mine = await _runs(store, "a", [1.0, 2.0, 3.0])
+    await sql(store, "ANALYZE jobs, runs")  # statistics of a quiet moment: nothing running
+    # Then 2,000 runs start on other hosts.
+    others = await _runs(store, "b", [float(s) for s in range(10, 2010)])
+    await sql(
+        store,
+        "UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
+        " lease_owner = 'w' || (id % 7), lease_expires_at = now() + interval '1 hour'"
+        " WHERE job_id = $1",
+        others,
+    )
+    await sql(
+        store,
+        "UPDATE runs SET status = 'running', attempts = 1, lease_token = 1, lease_owner = 'me',"
+        " lease_expires_at = now() + interval '1 hour' WHERE job_id = $1",
+        mine,
+    )
+    rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", mine)
+    ids = [r["id"] for r in rows]
+    n = len(ids)
+    tokens = [1] * n
+    completion = (
+        ids, tokens, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
+        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
+        [None] * n, "me",
+    )  # fmt: skip
+    nodes = await _explain(
+        dsn,
+        [
+            ("renew_leases", (ids, tokens, 30.0, "me")),
+            ("complete_runs", completion),
+        ],
+    )
+    running_scans = [
+        n
+        for n in nodes
+        if n.get("Relation Name") == "runs"
+        and n.get("Index Name") in ("runs_running_lease", "runs_status_history")
+    ]
+    assert running_scans == [], "a scan of every running run"
+    assert _rows(nodes, "runs_pkey") >= 2 * n  # the renewal's and the completion's own
