@@ -269,3 +269,18 @@ async def sql_row(store: Store, query: str, *args: Any) -> Record | None:
 
 async def sql_value(store: Store, query: str, *args: Any) -> Any:
     return await raw(store).fetchval(query, *args)
+
+
+async def manual_runs(store: Store, type_: str, ages: list[float]) -> int:
+    """A new job of `type_` (never due itself) with manual runs due `ages` seconds ago
+    (negative: ahead); the job's id."""
+    row = await store.insert_job(job(f"job-{type_}", type_, cron="0 0 1 1 *"))
+    await raw(store).execute(
+        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
+        " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
+        " 'manual', $2, 3 FROM unnest($3::float8[]) a",
+        row.id,
+        type_,
+        ages,
+    )
+    return int(row.id)

@@ -6,31 +6,15 @@ from __future__ import annotations
 
 from supervisor.core.store import Store
 
-from ..factory import sql, sql_rows
-from ..helpers import job
-
-
-async def _runs(store: Store, type_: str, ages: list[float]) -> int:
-    """Manual runs of a new job of `type_`, due `ages` seconds ago (negative: ahead)."""
-    row = await store.insert_job(job(f"job-{type_}", type_, cron="0 0 1 1 *"))
-    await sql(
-        store,
-        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
-        " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
-        " 'manual', $2, 3 FROM unnest($3::float8[]) a",
-        row.id,
-        type_,
-        ages,
-    )
-    return int(row.id)
+from ..factory import manual_runs, sql_rows
 
 
 async def test_a_claim_merges_the_offered_types_and_leaves_the_others_alone(
     store: Store,
 ) -> None:
-    a = await _runs(store, "a", [50, 30, 10])
-    b = await _runs(store, "b", [40, 20])
-    unserved = await _runs(store, "c", [float(s) for s in range(100, 2100)])  # older than all
+    a = await manual_runs(store, "a", [50, 30, 10])
+    b = await manual_runs(store, "b", [40, 20])
+    unserved = await manual_runs(store, "c", [float(s) for s in range(100, 2100)])  # older than all
     async with store.transaction() as tx:
         claimed = await tx.claim_runs(["a", "b", "a"], 3, "w1", 30.0)
         # The unoffered backlog is not locked by the claim (another host may take it).
@@ -50,9 +34,9 @@ async def test_a_claim_merges_the_offered_types_and_leaves_the_others_alone(
 
 
 async def test_next_due_in_is_the_soonest_of_the_offered_types(store: Store) -> None:
-    await _runs(store, "a", [-30.0])
-    await _runs(store, "b", [-10.0])
-    await _runs(store, "c", [-1.0])  # sooner, but not offered
+    await manual_runs(store, "a", [-30.0])
+    await manual_runs(store, "b", [-10.0])
+    await manual_runs(store, "c", [-1.0])  # sooner, but not offered
     due = await store.next_due_in(["a", "b"])
     assert due is not None and 8 < due <= 10
     assert await store.next_due_in(["x"]) is None

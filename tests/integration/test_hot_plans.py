@@ -12,23 +12,7 @@ from supervisor.core.db import create_pool
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
-from ..factory import sql, sql_rows
-from ..helpers import job
-
-
-async def _runs(store: Store, type_: str, ages: list[float]) -> int:
-    """Manual runs of a new job of `type_`, due `ages` seconds ago."""
-    row = await store.insert_job(job(f"job-{type_}", type_, cron="0 0 1 1 *"))
-    await sql(
-        store,
-        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
-        " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
-        " 'manual', $2, 3 FROM unnest($3::float8[]) a",
-        row.id,
-        type_,
-        ages,
-    )
-    return int(row.id)
+from ..factory import manual_runs, sql, sql_rows
 
 
 async def _explain(dsn: str, steps: list[tuple[str, tuple[Any, ...]]]) -> list[dict[str, Any]]:
@@ -64,8 +48,8 @@ def _rows(nodes: list[dict[str, Any]], index: str) -> int:
 
 
 async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> None:
-    await _runs(store, "a", [5.0])
-    await _runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
+    await manual_runs(store, "a", [5.0])
+    await manual_runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
     await sql(store, "ANALYZE jobs, runs")
     nodes = await _explain(dsn, [("claim_runs", (["a"], 8, "w1", 30.0, None, 0.0, 60.0))])
     # One due run of type a: the scan reads it and nothing of c's 1,000.
@@ -74,10 +58,10 @@ async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> Non
 
 
 async def test_completions_and_renewals_find_their_runs_by_key(dsn: str, store: Store) -> None:
-    mine = await _runs(store, "a", [1.0, 2.0, 3.0])
+    mine = await manual_runs(store, "a", [1.0, 2.0, 3.0])
     await sql(store, "ANALYZE jobs, runs")  # statistics of a quiet moment: nothing running
     # Then 2,000 runs start on other hosts.
-    others = await _runs(store, "b", [float(s) for s in range(10, 2010)])
+    others = await manual_runs(store, "b", [float(s) for s in range(10, 2010)])
     await sql(
         store,
         "UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
