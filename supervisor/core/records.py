@@ -88,8 +88,9 @@ class CatchUp:
     @classmethod
     def from_rows(cls, rows: list[Record]) -> CatchUp:
         skipped = [Skipped.from_row(r) for r in rows if r["id"] is not None]
-        last = rows[-1]  # the statement's last row carries the position
-        resume = None if last["next_id"] is None else (last["next_after"], last["next_id"])
+        # The one row without a run id carries the position (UNION ALL promises no order).
+        [mark] = [r for r in rows if r["id"] is None]
+        resume = None if mark["next_id"] is None else (mark["next_after"], mark["next_id"])
         return cls(skipped, resume)
 
 

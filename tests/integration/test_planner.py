@@ -222,6 +222,44 @@ async def test_catchup_all_runs_every_missed_time_within_the_window(store: Store
     assert statuses["skipped"] + statuses["running"] == 18
 
 
+class _Rollback(Exception):
+    pass
+
+
+async def test_the_claim_and_the_catchup_pass_judge_missed_runs_alike(store: Store) -> None:
+    # The policy is written twice: the pass records skips, the claim refuses them. For every
+    # policy and age, a due run is exactly one of: claimable, or skipped by the pass.
+    ages = [30, 300, 1200, 1800, 7200, 9000]  # seconds: within the grace, the window, older
+    for policy in ("none", "latest", "all"):
+        row = await store.insert_job(
+            job(f"judged-{policy}", cron="0 0 1 1 *", catchup=policy, catchup_window_seconds=3600)
+        )
+        await sql(
+            store,
+            "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
+            " SELECT $1, now() - make_interval(secs => a), now() - make_interval(secs => a),"
+            " 'echo', 3 FROM unnest($2::int[]) a",
+            row.id,
+            ages,
+        )
+    due = set(await run_ids(store))
+    claimed: set[int] = set()
+    skipped: set[int] = set()
+    for into, judge in ((claimed, "claim"), (skipped, "pass")):
+        try:
+            async with store.transaction() as tx:  # each judges the same rows, rolled back
+                if judge == "claim":
+                    into |= {c.id for c in await tx.claim_runs(["echo"], 1000, "w1", 30.0)}
+                else:
+                    into |= {s.id for s in (await tx.skip_missed_runs(60.0, 1000)).skipped}
+                raise _Rollback
+        except _Rollback:
+            pass
+    assert skipped and claimed  # each policy keeps and skips something here
+    assert claimed.isdisjoint(skipped)
+    assert claimed | skipped == due
+
+
 async def test_catchup_none_skips_every_missed_time(store: Store) -> None:
     job_id = await _downtime(store, "none", "none")
     claimed = await _claim_all(store)
