@@ -45,7 +45,7 @@ from supervisor.livetail import LiveTail
 from supervisor.loop import Loop
 from supervisor.notifier import WebhookNotifier
 from supervisor.orphans import Orphans
-from supervisor.planner import Planner
+from supervisor.planner import PLAN_LANES, Planner
 from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
@@ -177,6 +177,7 @@ class Supervisor:
             on_planned=planned,
             heartbeat_url=cfg.heartbeat_ping_url,
             hold_off=executor.hold_off,
+            lanes=PLAN_LANES,
         )
         reaper = Reaper(
             store,

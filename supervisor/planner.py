@@ -26,11 +26,22 @@ class PlanPass(Pass):
     failed: int = 0  # jobs this host could not plan (see `unplannable`)
     heartbeat: bool = False  # this pass wrote the minute's heartbeat ping
 
+    def plus(self, other: PlanPass) -> PlanPass:
+        return replace(
+            self,
+            jobs=self.jobs + other.jobs,
+            runs=self.runs + other.runs,
+            failed=self.failed + other.failed,
+            heartbeat=self.heartbeat or other.heartbeat,
+        )
+
 
 HEARTBEAT_EVERY = 10.0  # seconds between this planner's heartbeat writes
 # A planner step holds off while a child start of this host is near (`hold_off`), at most
 # this long per step: planning slows down around starts but never stops.
 MAX_HOLD = 0.05
+# Batches in flight in a planning wave (supervisors use this; see Planner.run_once).
+PLAN_LANES = 2
 
 
 class Planner(Loop):
@@ -46,6 +57,7 @@ class Planner(Loop):
         on_planned: Callable[[int, float], None] | None = None,
         heartbeat_url: str = "",
         hold_off: Callable[[], float] | None = None,
+        lanes: int = 1,
     ) -> None:
         super().__init__(interval)
         # Seconds until no child start of this host is near, else 0 (Executor.hold_off).
@@ -57,6 +69,8 @@ class Planner(Loop):
         self._heartbeat_at = -HEARTBEAT_EVERY
         self.limits = limits or PlanLimits()
         self.batch = batch
+        # Batches in flight during a planning wave; more than 1 needs a pool-backed store.
+        self.lanes = lanes
         self.on_planned = on_planned
         # Jobs this host could not plan, by id, until one of its passes plans them again.
         self.unplannable: dict[int, PlanFailure] = {}
@@ -74,45 +88,74 @@ class Planner(Loop):
         }
 
     async def run_once(self) -> PlanPass:
-        """Plan every job that is due for planning, a batch per transaction."""
+        """Plan every job that is due for planning, a batch per transaction.
+
+        After a full first batch (a planning wave: first planning, a mass resume) `lanes`
+        batches run at once, each in its own transaction on its own connection (SKIP LOCKED
+        gives them disjoint jobs): one computes fire times while PostgreSQL inserts
+        another's runs. A quiet tick stays one short transaction.
+        """
         total = PlanPass(heartbeat=await self.heartbeat())
-        while not self.stopping:
-            started = time.perf_counter()
-            failures: list[PlanFailure] = []
-            async with self.store.transaction() as tx:
-                jobs, db_now = await tx.pick_jobs_to_plan(self.batch)
-                if db_now is None:
-                    return total
-                inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures, self._pause)
-                if inserted:
-                    await tx.notify_wake()
-            for job in jobs:
-                self.unplannable.pop(job.id, None)
-            for f in failures:
-                self.unplannable[f.job_id] = f
-                self.plan_failures += 1
-                log_event(
-                    self.log,
-                    "plan_failed",
-                    level=logging.ERROR,
-                    job_id=f.job_id,
-                    job_name=f.job_name,
-                    error=f.error,
-                    retry_in=PLAN_RETRY.total_seconds(),
-                )
-            elapsed = time.perf_counter() - started
-            if self.on_planned:
-                self.on_planned(inserted, elapsed)
-            log_event(self.log, "planned", jobs=len(jobs), runs=inserted, seconds=round(elapsed, 4))
-            total = replace(
-                total,
-                jobs=total.jobs + len(jobs) - len(failures),
-                runs=total.runs + inserted,
-                failed=total.failed + len(failures),
+        if self.stopping:
+            return total
+        first, more = await self._batch()
+        total = total.plus(first)
+        if more:
+            # Each lane runs until a batch comes back short; an error in one stops the others
+            # after their current batch (no transaction is cut by cancellation), then is raised.
+            halt = asyncio.Event()
+            results = await asyncio.gather(
+                *(self._lane(halt) for _ in range(max(1, self.lanes))), return_exceptions=True
             )
-            if len(jobs) < self.batch:
-                return total
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+                total = total.plus(r)
         return total
+
+    async def _lane(self, halt: asyncio.Event) -> PlanPass:
+        total = PlanPass()
+        more = True
+        try:
+            while more and not self.stopping and not halt.is_set():
+                done, more = await self._batch()
+                total = total.plus(done)
+        except BaseException:
+            halt.set()
+            raise
+        return total
+
+    async def _batch(self) -> tuple[PlanPass, bool]:
+        """One batch in one transaction; True when it was full (more may be due)."""
+        started = time.perf_counter()
+        failures: list[PlanFailure] = []
+        async with self.store.transaction() as tx:
+            jobs, db_now = await tx.pick_jobs_to_plan(self.batch)
+            if db_now is None:
+                return PlanPass(), False
+            inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures, self._pause)
+            if inserted:
+                await tx.notify_wake()
+        for job in jobs:
+            self.unplannable.pop(job.id, None)
+        for f in failures:
+            self.unplannable[f.job_id] = f
+            self.plan_failures += 1
+            log_event(
+                self.log,
+                "plan_failed",
+                level=logging.ERROR,
+                job_id=f.job_id,
+                job_name=f.job_name,
+                error=f.error,
+                retry_in=PLAN_RETRY.total_seconds(),
+            )
+        elapsed = time.perf_counter() - started
+        if self.on_planned:
+            self.on_planned(inserted, elapsed)
+        log_event(self.log, "planned", jobs=len(jobs), runs=inserted, seconds=round(elapsed, 4))
+        done = PlanPass(jobs=len(jobs) - len(failures), runs=inserted, failed=len(failures))
+        return done, len(jobs) == self.batch
 
     async def _pause(self) -> None:
         """Between planning steps: one loop turn, or longer while a start is near."""

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from typing import Self
 
 from supervisor.core import jobs
 from supervisor.core.db import create_pool
@@ -86,6 +89,63 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
         assert expected, "every job has at least its next run planned"
         total += len(got)
     assert total > 500
+
+
+class _Overlap(Store):
+    """A store that counts its open transactions: the most that were open at once."""
+
+    open = 0
+    most = 0
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Self]:
+        async with super().transaction() as tx:
+            _Overlap.open += 1
+            _Overlap.most = max(_Overlap.most, _Overlap.open)
+            try:
+                yield tx
+            finally:
+                _Overlap.open -= 1
+
+
+async def test_a_planning_wave_runs_two_lanes_that_plan_every_job_once(
+    dsn: str, store: Store
+) -> None:
+    rng = random.Random(11)
+    ids = [
+        (
+            await store.insert_job(job(f"w{i}", cron=rng.choice(CRONS), timezone=rng.choice(ZONES)))
+        ).id
+        for i in range(300)
+    ]
+    pool = await create_pool(dsn, min_size=2, max_size=2)
+    _Overlap.most = 0
+    try:
+        done = await Planner(_Overlap(pool), LIMITS, batch=20, lanes=2).run_once()
+    finally:
+        await pool.close()
+    assert _Overlap.most == 2, "the wave's batches ran two at a time"
+    assert (done.jobs, done.failed) == (300, 0)
+    assert await store.count_jobs_behind() == 0
+    total = 0
+    for job_id in ids:
+        got = await _times(store, job_id)
+        assert len(got) == len(set(got)) and set(got) == await _expected(store, job_id)
+        total += len(got)
+    assert done.runs == total == await count(store, "runs")
+
+
+async def test_a_quiet_tick_is_one_transaction(dsn: str, store: Store) -> None:
+    await store.insert_job(job("one", cron="0 * * * *"))
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    _Overlap.most = 0
+    try:
+        planner = Planner(_Overlap(pool), LIMITS, lanes=2)
+        assert (await planner.run_once()).jobs == 1
+        assert (await planner.run_once()).jobs == 0
+    finally:
+        await pool.close()
+    assert _Overlap.most == 1
 
 
 async def test_planning_is_idempotent_and_proportional(store: Store) -> None:
