@@ -178,6 +178,7 @@ class Supervisor:
             heartbeat_url=cfg.heartbeat_ping_url,
             hold_off=executor.hold_off,
             lanes=PLAN_LANES,
+            idle=lambda: executor.in_flight() == 0,
         )
         reaper = Reaper(
             store,

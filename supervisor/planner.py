@@ -58,6 +58,7 @@ class Planner(Loop):
         heartbeat_url: str = "",
         hold_off: Callable[[], float] | None = None,
         lanes: int = 1,
+        idle: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(interval)
         # Seconds until no child start of this host is near, else 0 (Executor.hold_off).
@@ -71,6 +72,12 @@ class Planner(Loop):
         self.batch = batch
         # Batches in flight during a planning wave; more than 1 needs a pool-backed store.
         self.lanes = lanes
+        # Whether this host runs nothing now (Executor: nothing in flight). Lanes beyond the
+        # first plan only then: a wave's full speed costs CPU that this host's starts need.
+        self.idle = idle or (lambda: True)
+        # One lane writes at a time: the others pick and compute meanwhile, so a wave adds
+        # no second insert to the database's load (claims wait behind it; bench lateness).
+        self._writing = asyncio.Lock()
         self.on_planned = on_planned
         # Jobs this host could not plan, by id, until one of its passes plans them again.
         self.unplannable: dict[int, PlanFailure] = {}
@@ -92,8 +99,8 @@ class Planner(Loop):
 
         After a full first batch (a planning wave: first planning, a mass resume) `lanes`
         batches run at once, each in its own transaction on its own connection (SKIP LOCKED
-        gives them disjoint jobs): one computes fire times while PostgreSQL inserts
-        another's runs. A quiet tick stays one short transaction.
+        gives them disjoint jobs), and one at a time writes: a lane computes fire times
+        while PostgreSQL inserts another's runs. A quiet tick stays one short transaction.
         """
         total = PlanPass(heartbeat=await self.heartbeat())
         if self.stopping:
@@ -105,7 +112,8 @@ class Planner(Loop):
             # after their current batch (no transaction is cut by cancellation), then is raised.
             halt = asyncio.Event()
             results = await asyncio.gather(
-                *(self._lane(halt) for _ in range(max(1, self.lanes))), return_exceptions=True
+                *(self._lane(halt, i > 0) for i in range(max(1, self.lanes))),
+                return_exceptions=True,
             )
             for r in results:
                 if isinstance(r, BaseException):
@@ -113,11 +121,13 @@ class Planner(Loop):
                 total = total.plus(r)
         return total
 
-    async def _lane(self, halt: asyncio.Event) -> PlanPass:
+    async def _lane(self, halt: asyncio.Event, extra: bool) -> PlanPass:
         total = PlanPass()
         more = True
         try:
             while more and not self.stopping and not halt.is_set():
+                if extra and not self.idle():
+                    break
                 done, more = await self._batch()
                 total = total.plus(done)
         except BaseException:
@@ -133,7 +143,9 @@ class Planner(Loop):
             jobs, db_now = await tx.pick_jobs_to_plan(self.batch)
             if db_now is None:
                 return PlanPass(), False
-            inserted = await plan_jobs(tx, jobs, db_now, self.limits, failures, self._pause)
+            inserted = await plan_jobs(
+                tx, jobs, db_now, self.limits, failures, self._pause, self._writing
+            )
             if inserted:
                 await tx.notify_wake()
         for job in jobs:

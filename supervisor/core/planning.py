@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -100,12 +101,14 @@ async def plan_jobs(
     limits: PlanLimits,
     failures: list[PlanFailure] | None = None,
     pause: Callable[[], Awaitable[None]] | None = None,
+    gate: contextlib.AbstractAsyncContextManager[object] | None = None,
 ) -> int:
     """Insert the runs of already locked jobs and move their marks; returns rows inserted.
 
     With `failures`, a job that cannot be planned here is listed there and retried after
     PLAN_RETRY instead of failing the batch: one bad job never stops a planner. `pause` is
     awaited between steps (default: one loop turn); the planner's pause holds off near a start.
+    `gate` is held around the writes (the planner's: one batch's insert at a time).
     """
     yield_ = pause or _one_turn
     planned = PlannedRuns()
@@ -126,8 +129,9 @@ async def plan_jobs(
         planned.add(job.id, spec.type, exclusive, spec.max_attempts, plan.times, plan.missed)
         marks.append((job.id, plan.planned_until, plan.plan_after))
     await yield_()  # the insert's encoding is the next block of CPU
-    inserted = await tx.insert_planned_runs(planned)
-    await tx.set_plan_marks(marks)
+    async with gate or contextlib.nullcontext():
+        inserted = await tx.insert_planned_runs(planned)
+        await tx.set_plan_marks(marks)
     return inserted
 
 

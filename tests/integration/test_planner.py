@@ -135,6 +135,20 @@ async def test_a_planning_wave_runs_two_lanes_that_plan_every_job_once(
     assert done.runs == total == await count(store, "runs")
 
 
+async def test_a_busy_host_plans_a_wave_in_one_lane(dsn: str, store: Store) -> None:
+    for i in range(100):
+        await store.insert_job(job(f"b{i}", cron="*/5 * * * *"))
+    pool = await create_pool(dsn, min_size=2, max_size=2)
+    _Overlap.most = 0
+    try:
+        planner = Planner(_Overlap(pool), LIMITS, batch=10, lanes=2, idle=lambda: False)
+        assert (await planner.run_once()).jobs == 100
+    finally:
+        await pool.close()
+    assert _Overlap.most == 1
+    assert await store.count_jobs_behind() == 0
+
+
 async def test_a_quiet_tick_is_one_transaction(dsn: str, store: Store) -> None:
     await store.insert_job(job("one", cron="0 * * * *"))
     pool = await create_pool(dsn, min_size=1, max_size=2)
