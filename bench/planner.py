@@ -55,7 +55,7 @@ ZONES = [
     "Europe/London",
 ]
 FIRST_PLAN_TARGET_S = 10.0  # 10,000 jobs
-FIRST_PLAN_TARGET_RATIO = 2.0  # 100,000 jobs, one planner: at most this × the computation
+FIRST_PLAN_TARGET_RATIO = 2.0  # 100,000 jobs, one planner: at most this many times the computation
 NOOP_TICK_TARGET_MS = 20.0  # at 100,000 jobs
 
 

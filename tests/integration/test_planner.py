@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Self
 
+import asyncpg
+import pytest
+
 from supervisor.core import jobs
 from supervisor.core.db import create_pool
 from supervisor.core.planning import PlanLimits
 from supervisor.core.records import Claim
-from supervisor.core.store import Store
+from supervisor.core.store import PlannedRuns, Store
 from supervisor.planner import Planner
 
 from ..factory import (
@@ -94,18 +97,18 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
 class _Overlap(Store):
     """A store that counts its open transactions: the most that were open at once."""
 
-    open = 0
+    now_open = 0
     most = 0
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Self]:
         async with super().transaction() as tx:
-            _Overlap.open += 1
-            _Overlap.most = max(_Overlap.most, _Overlap.open)
+            _Overlap.now_open += 1
+            _Overlap.most = max(_Overlap.most, _Overlap.now_open)
             try:
                 yield tx
             finally:
-                _Overlap.open -= 1
+                _Overlap.now_open -= 1
 
 
 async def test_a_planning_wave_runs_two_lanes_that_plan_every_job_once(
@@ -133,6 +136,40 @@ async def test_a_planning_wave_runs_two_lanes_that_plan_every_job_once(
         assert len(got) == len(set(got)) and set(got) == await _expected(store, job_id)
         total += len(got)
     assert done.runs == total == await count(store, "runs")
+
+
+class _FailsOnce(Store):
+    """A store whose third batch's insert fails as a dropped connection would."""
+
+    inserts = 0
+
+    async def insert_planned_runs(self, p: PlannedRuns) -> int:
+        _FailsOnce.inserts += 1
+        if _FailsOnce.inserts == 3:
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed")
+        return await super().insert_planned_runs(p)
+
+
+async def test_a_failing_lane_stops_the_wave_and_the_next_pass_plans_every_job_once(
+    dsn: str, store: Store
+) -> None:
+    ids = [(await store.insert_job(job(f"f{i}", cron="*/15 * * * *"))).id for i in range(200)]
+    pool = await create_pool(dsn, min_size=2, max_size=2)
+    _FailsOnce.inserts = 0
+    try:
+        planner = Planner(_FailsOnce(pool), LIMITS, batch=10, lanes=2)
+        with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+            await planner.run_once()
+        # The other lane finished the batch it had and started no other.
+        assert _FailsOnce.inserts <= 4
+        assert 0 < await store.count_jobs_behind() < 200
+        await planner.run_once()
+    finally:
+        await pool.close()
+    assert await store.count_jobs_behind() == 0
+    for job_id in ids:
+        got = await _times(store, job_id)
+        assert len(got) == len(set(got)) and set(got) == await _expected(store, job_id)
 
 
 async def test_a_busy_host_plans_a_wave_in_one_lane(dsn: str, store: Store) -> None:
