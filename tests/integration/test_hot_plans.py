@@ -99,3 +99,44 @@ async def test_completions_and_renewals_find_their_runs_by_key(dsn: str, store: 
     ]
     assert running_scans == [], "a scan of every running run"
     assert _rows(nodes, "runs_pkey") >= 2 * n  # the renewal's and the completion's own
+
+
+async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty(
+    dsn: str, store: Store
+) -> None:
+    mine = await manual_runs(store, "a", [1.0, 2.0, 3.0])
+    # Statistics of a fresh deployment: no attempt yet (a drain's first minute, before
+    # autovacuum's ANALYZE). Then 2,000 runs of other hosts start and end.
+    await sql(store, "ANALYZE jobs, runs, run_attempts")
+    others = await manual_runs(store, "b", [float(s) for s in range(10, 2010)])
+    await sql(
+        store,
+        "WITH r AS (UPDATE runs SET status = 'succeeded', attempts = 1,"
+        " finished_at = now() WHERE job_id = $1 RETURNING id)"
+        " INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token, started_at,"
+        " finished_at, outcome) SELECT id, 1, 'w', 1, now(), now(), 'succeeded' FROM r",
+        others,
+    )
+    await sql(
+        store,
+        "WITH r AS (UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
+        " lease_owner = 'me', lease_expires_at = now() + interval '1 hour' WHERE job_id = $1"
+        " RETURNING id) INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token,"
+        " started_at) SELECT id, 1, 'me', 1, now() FROM r",
+        mine,
+    )
+    rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", mine)
+    ids = [r["id"] for r in rows]
+    n = len(ids)
+    completion = (
+        ids, [1] * n, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
+        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
+        [None] * n, "me",
+    )  # fmt: skip
+    nodes = await _explain(dsn, [("complete_runs", completion)])
+    whole = [
+        (n["Relation Name"], n["Actual Rows"] * n["Actual Loops"])
+        for n in nodes
+        if n["Node Type"] == "Seq Scan" and n["Relation Name"] in ("runs", "run_attempts", "jobs")
+    ]
+    assert whole == [], "a table read whole for a completion of 3 runs"
