@@ -47,6 +47,19 @@ def _rows(nodes: list[dict[str, Any]], index: str) -> int:
     return sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes if n.get("Index Name") == index)
 
 
+async def _my_completion(store: Store, job_id: int) -> tuple[list[int], tuple[Any, ...]]:
+    """The ids of a job's runs (running, lease token 1, owner "me") and complete_runs'
+    arguments that end them all as succeeded."""
+    rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", job_id)
+    ids = [r["id"] for r in rows]
+    n = len(ids)
+    return ids, (
+        ids, [1] * n, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
+        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
+        [None] * n, "me",
+    )  # fmt: skip
+
+
 async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> None:
     await manual_runs(store, "a", [5.0])
     await manual_runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
@@ -75,19 +88,11 @@ async def test_completions_and_renewals_find_their_runs_by_key(dsn: str, store: 
         " lease_expires_at = now() + interval '1 hour' WHERE job_id = $1",
         mine,
     )
-    rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", mine)
-    ids = [r["id"] for r in rows]
-    n = len(ids)
-    tokens = [1] * n
-    completion = (
-        ids, tokens, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
-        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
-        [None] * n, "me",
-    )  # fmt: skip
+    ids, completion = await _my_completion(store, mine)
     nodes = await _explain(
         dsn,
         [
-            ("renew_leases", (ids, tokens, 30.0, "me")),
+            ("renew_leases", (ids, [1] * len(ids), 30.0, "me")),
             ("complete_runs", completion),
         ],
     )
@@ -98,7 +103,7 @@ async def test_completions_and_renewals_find_their_runs_by_key(dsn: str, store: 
         and n.get("Index Name") in ("runs_running_lease", "runs_status_history")
     ]
     assert running_scans == [], "a scan of every running run"
-    assert _rows(nodes, "runs_pkey") >= 2 * n  # the renewal's and the completion's own
+    assert _rows(nodes, "runs_pkey") >= 2 * len(ids)  # the renewal's and the completion's own
 
 
 async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty(
@@ -125,14 +130,7 @@ async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty
         " started_at) SELECT id, 1, 'me', 1, now() FROM r",
         mine,
     )
-    rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", mine)
-    ids = [r["id"] for r in rows]
-    n = len(ids)
-    completion = (
-        ids, [1] * n, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
-        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
-        [None] * n, "me",
-    )  # fmt: skip
+    _, completion = await _my_completion(store, mine)
     nodes = await _explain(dsn, [("complete_runs", completion)])
     whole = [
         (n["Relation Name"], n["Actual Rows"] * n["Actual Loops"])
