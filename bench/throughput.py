@@ -361,25 +361,35 @@ async def drain_in(
                        FROM generate_series(1, $2::int) g""",
                     DRAIN_TYPE, jobs, tag,
                 )  # fmt: skip
-                await conn.execute(
-                    """INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type,
-                                         max_attempts)
-                       SELECT j.id, now() - make_interval(secs => g / 1000.0), now(),
-                              'manual', $1::text, 3
-                       FROM generate_series(1, $2::int) g
-                       JOIN jobs j ON j.name = $4::text || '-' || (1 + g % $3::int)""",
+                ids = await conn.fetchrow(
+                    """WITH ins AS (
+                           INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type,
+                                             max_attempts)
+                           SELECT j.id, now() - make_interval(secs => g / 1000.0), now(),
+                                  'manual', $1::text, 3
+                           FROM generate_series(1, $2::int) g
+                           JOIN jobs j ON j.name = $4::text || '-' || (1 + g % $3::int)
+                           RETURNING id)
+                       SELECT min(id) AS lo, max(id) AS hi, count(*) AS n FROM ins""",
                     DRAIN_TYPE, n, jobs, tag,
                 )  # fmt: skip
+                assert ids is not None and ids["n"] == n and ids["hi"] - ids["lo"] == n - 1
                 # As insert_due_runs: the statistics autovacuum would have within a minute
                 # (a never-analyzed table makes the claim's planner expect a handful of rows).
                 await conn.execute("ANALYZE jobs, runs")
                 await conn.execute("SELECT pg_notify('punchclock_wake', '')")
-            mine = "r.job_id IN (SELECT id FROM jobs WHERE name LIKE $1::text || '-%')"
+            # This drain's runs are one id range (nothing else inserts runs meanwhile): the
+            # observer reads that range of the primary key. By job name it was a parallel
+            # sequential scan of the whole history in its first custom plans (five scans of
+            # 10,000,000 runs in the first second of the drain it was timing).
+            lo, hi = ids["lo"], ids["hi"]
+            mine = "r.id BETWEEN $1::bigint AND $2::bigint"
 
             async def done() -> bool:
                 left = await conn.fetchval(
-                    f"SELECT count(*) FROM runs r WHERE {mine} AND r.status <> 'succeeded'", tag
-                )
+                    f"SELECT count(*) FROM runs r WHERE {mine} AND r.status <> 'succeeded'",
+                    lo, hi,
+                )  # fmt: skip
                 return bool(left == 0)
 
             await wait_until(done, timeout=max(120.0, n / 10), what=f"{n} runs", every=0.2)
@@ -396,8 +406,8 @@ async def drain_in(
                          AND r.lease_token = 1 AND a.outcome = 'succeeded'
                          AND a.exit_code = 0) AS once
                 FROM runs r JOIN run_attempts a ON a.run_id = r.id WHERE {mine}""",
-            tag,
-        )
+            lo, hi,
+        )  # fmt: skip
         assert row is not None
     finally:
         await conn.close()
