@@ -103,10 +103,12 @@ FOR UPDATE SKIP LOCKED;
 -- name: insert_planned_runs
 -- Returns how many were inserted. $1-$4 per job (id, type, exclusive, max_attempts), $5-$7
 -- per run (job id, instant, missed). A fire time recorded skipped (missed) raises
--- run_missed for its subscribers (as in complete_runs).
+-- run_missed for its subscribers (as in complete_runs). Runs of an id that is not a job are
+-- not inserted: runs have no foreign key to jobs (migration 0013), the job's row is the check.
 WITH j AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bool[], $4::int[])
         AS j(job_id, type, excl, max_att)
+    WHERE EXISTS (SELECT FROM jobs x WHERE x.id = j.job_id)
 ), ins AS (
     INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts, status,
                       skip_reason, finished_at)

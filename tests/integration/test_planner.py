@@ -279,6 +279,30 @@ async def test_delete_cancels_unstarted_and_keeps_history(store: Store) -> None:
     assert await count(store, "runs", "job_id=$1", row.id) >= 24
 
 
+async def test_a_job_is_never_deleted_so_its_runs_always_have_it(store: Store) -> None:
+    """Runs have no foreign key to jobs (migration 0013); the database refuses to lose a job."""
+    row = await jobs.create_job(store, job("kept", cron="0 * * * *"), LIMITS)
+    planned = await count(store, "runs", "job_id=$1", row.id)
+    for statement in ("DELETE FROM jobs WHERE id = $1", "TRUNCATE jobs CASCADE"):
+        args = (row.id,) if "$1" in statement else ()
+        with pytest.raises(asyncpg.RestrictViolationError, match="jobs are never deleted"):
+            await sql(store, statement, *args)
+    assert await sql_value(store, "select count(*) from jobs where id=$1", row.id) == 1
+    assert await count(store, "runs", "job_id=$1", row.id) == planned >= 24
+
+
+async def test_planned_runs_of_an_id_that_is_no_job_are_not_inserted(store: Store) -> None:
+    row = await jobs.create_job(store, job("real", cron="0 * * * *"), LIMITS)
+    missing = row.id + 1000
+    at = [await store.now() + timedelta(days=3, hours=h) for h in range(3)]
+    p = PlannedRuns()
+    p.add(missing, "echo", False, 3, at)
+    p.add(row.id, "echo", False, 3, at)
+    assert await store.insert_planned_runs(p) == 3
+    assert await count(store, "runs", "job_id=$1", missing) == 0
+    assert sorted(await _times(store, row.id))[-3:] == at
+
+
 async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> int:
     """A job whose supervisors were all down for `hours`: planned from then, claimed now."""
     row = await store.insert_job(
