@@ -104,8 +104,9 @@ FOR UPDATE SKIP LOCKED;
 -- Returns how many were inserted. $1-$4 per job (id, type, exclusive, max_attempts), $5-$7
 -- per run (job id, instant, missed). A fire time recorded skipped (missed) raises
 -- run_missed for its subscribers (as in complete_runs). Runs of an id that is not a job are
--- not inserted: runs have no foreign key to jobs (migration 0013), the job's row is the check.
-WITH j AS (
+-- not inserted: runs have no foreign key to jobs (migration 0013), the job's row is the check,
+-- once per job (MATERIALIZED: inlined, the generic plan probes jobs once per run).
+WITH j AS MATERIALIZED (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bool[], $4::int[])
         AS j(job_id, type, excl, max_att)
     WHERE EXISTS (SELECT FROM jobs x WHERE x.id = j.job_id)

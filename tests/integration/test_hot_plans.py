@@ -6,6 +6,7 @@ every host (statistics from a quiet moment once made that plan look cheapest).""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from supervisor.core.db import create_pool
@@ -138,3 +139,22 @@ async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty
         if n["Node Type"] == "Seq Scan" and n["Relation Name"] in ("runs", "run_attempts", "jobs")
     ]
     assert whole == [], "a table read whole for a completion of 3 runs"
+
+
+async def test_a_planned_batch_checks_each_job_once_not_each_run(dsn: str, store: Store) -> None:
+    """Runs have no foreign key to jobs (migration 0013): insert_planned_runs checks that its
+    jobs exist, one jobs_pkey probe per job. Inlined, the generic plan probed once per run."""
+    await sql(store, "INSERT INTO jobs (name, type, cron) VALUES ('a', 't', '* * * * *'), "
+                     "('b', 't', '* * * * *')")  # fmt: skip
+    ids = [r["id"] for r in await sql_rows(store, "SELECT id FROM jobs ORDER BY id")]
+    start = await sql_rows(store, "SELECT now() + interval '3 days' AS at")
+    times = [start[0]["at"] + timedelta(minutes=m) for m in range(50)]
+    args = (
+        ids, ["t", "t"], [False, False], [3, 3],
+        [ids[0]] * 50 + [ids[1]] * 50, times + times, [False] * 100,
+    )  # fmt: skip
+    nodes = await _explain(dsn, [("insert_planned_runs", args)])
+    probes = [n for n in nodes if n.get("Relation Name") == "jobs" and n.get("Index Name")]
+    inserted = [n for n in nodes if n.get("Operation") == "Insert" and n["Relation Name"] == "runs"]
+    assert [n["Actual Rows"] for n in inserted] == [100]  # RETURNING: the rows inserted
+    assert sum(n["Actual Loops"] for n in probes if n["Index Name"] == "jobs_pkey") == 2, probes
