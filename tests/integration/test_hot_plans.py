@@ -147,8 +147,8 @@ async def test_a_planned_batch_checks_each_job_once_not_each_run(dsn: str, store
     await sql(store, "INSERT INTO jobs (name, type, cron) VALUES ('a', 't', '* * * * *'), "
                      "('b', 't', '* * * * *')")  # fmt: skip
     ids = [r["id"] for r in await sql_rows(store, "SELECT id FROM jobs ORDER BY id")]
-    start = await sql_rows(store, "SELECT now() + interval '3 days' AS at")
-    times = [start[0]["at"] + timedelta(minutes=m) for m in range(50)]
+    start = await store.now() + timedelta(days=3)
+    times = [start + timedelta(minutes=m) for m in range(50)]
     args = (
         ids, ["t", "t"], [False, False], [3, 3],
         [ids[0]] * 50 + [ids[1]] * 50, times + times, [False] * 100,

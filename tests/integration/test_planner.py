@@ -294,7 +294,8 @@ async def test_a_job_is_never_deleted_so_its_runs_always_have_it(store: Store) -
 async def test_planned_runs_of_an_id_that_is_no_job_are_not_inserted(store: Store) -> None:
     row = await jobs.create_job(store, job("real", cron="0 * * * *"), LIMITS)
     missing = row.id + 1000
-    at = [await store.now() + timedelta(days=3, hours=h) for h in range(3)]
+    start = await store.now() + timedelta(days=3)
+    at = [start + timedelta(hours=h) for h in range(3)]
     p = PlannedRuns()
     p.add(missing, "echo", False, 3, at)
     p.add(row.id, "echo", False, 3, at)
