@@ -150,7 +150,7 @@ ON CONFLICT (channel_id, dedupe_key) DO NOTHING;
 -- has had no success for that long (counted from its latest success, or from its last
 -- change or resume when later), on the database clock. Once per episode: the dedupe_key
 -- names the job and its latest success, so the next success starts a new episode. The
--- latest success is the newest started-by-now succeeded run on runs_job_history.
+-- latest success is the newest started-by-now succeeded run on runs_job_scheduled_at.
 INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
 SELECT c.channel_id, 'job_silent', j.id, s.id,
        'job_silent:' || j.id || ':' || coalesce(s.id::text, 'never'),
@@ -164,7 +164,7 @@ FROM jobs j
 LEFT JOIN LATERAL (
     SELECT r.id, r.finished_at FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status = 'succeeded'
-    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) s ON true
+    ORDER BY r.scheduled_at DESC LIMIT 1) s ON true
 CROSS JOIN LATERAL notify_targets(j.id, 'job_silent') c
 WHERE j.expect_success_within_seconds IS NOT NULL AND j.deleted_at IS NULL AND NOT j.paused
   AND greatest(s.finished_at, j.updated_at)

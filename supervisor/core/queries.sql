@@ -788,11 +788,11 @@ SELECT
 
 -- name: last_success_ages
 -- Seconds since each active job's last success (NULL: never succeeded yet).
--- Walks runs_job_history newest first: past the planned runs to the latest success.
+-- Walks runs_job_scheduled_at newest first: past the planned runs to the latest success.
 SELECT j.name,
        EXTRACT(EPOCH FROM (now() - (SELECT r.finished_at FROM runs r
                                     WHERE r.job_id = j.id AND r.status = 'succeeded'
-                                    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1)))::float8
+                                    ORDER BY r.scheduled_at DESC LIMIT 1)))::float8
            AS age
 FROM jobs j WHERE NOT j.paused AND j.deleted_at IS NULL
 ORDER BY j.id LIMIT $1::int;
@@ -817,7 +817,7 @@ WHERE id = $1::text;
 -- ---------------- api
 -- The management API's queries. History lists are keyset-paginated newest first on
 -- (scheduled_at, id); each list query is driven by one index (runs_history,
--- runs_status_history or runs_job_history) and absent bounds are passed as +-infinity so
+-- runs_status_history or runs_job_scheduled_at) and absent bounds are passed as +-infinity so
 -- the generic plan keeps them as index conditions.
 
 -- name: job_ids_by_name
@@ -909,7 +909,12 @@ LIMIT $8::int;
 
 -- name: list_runs_by_job
 -- History of the jobs $1 (a name may map to several ids), optionally in statuses $2:
--- one runs_job_history range per job, merged.
+-- one runs_job_scheduled_at range per job, read backwards, merged. scheduled_at is unique
+-- within a job, so the scan starts at scheduled_at <= the cursor's time (an index
+-- condition) and the (scheduled_at, id) keyset, a filter, drops at most the cursor's row.
+-- The (job_id, scheduled_at) row bound repeats that start for the generic plan's estimate:
+-- with the range alone it guesses 4 rows and sorts a bitmap scan of the job's whole
+-- history; with it, the ordered index scan that stops after a page costs less.
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
@@ -918,13 +923,14 @@ FROM unnest($1::bigint[]) AS s (job_id)
 CROSS JOIN LATERAL (
     SELECT * FROM runs x
     WHERE x.job_id = s.job_id AND ($2::run_status[] IS NULL OR x.status = ANY ($2::run_status[]))
+      AND (x.job_id, x.scheduled_at) <= (s.job_id, LEAST($3::timestamptz, now()))
       AND (x.scheduled_at, x.id) < (LEAST($3::timestamptz, now()),
                                     CASE WHEN $3::timestamptz <= now() THEN $4::bigint
                                          ELSE 9223372036854775807 END)
       AND x.scheduled_at >= $5::timestamptz AND x.scheduled_at < $6::timestamptz
       AND ($7::timestamptz IS NULL OR x.finished_at >= $7::timestamptz)
       AND ($8::timestamptz IS NULL OR x.finished_at < $8::timestamptz)
-    ORDER BY x.scheduled_at DESC, x.id DESC
+    ORDER BY x.scheduled_at DESC
     LIMIT $9::int
 ) r
 JOIN jobs j ON j.id = r.job_id
@@ -975,8 +981,8 @@ ORDER BY r.scheduled_at, r.id
 LIMIT $8::int;
 
 -- name: list_runs_upcoming_by_job
--- The plan ahead of the jobs $1, optionally in statuses $2: runs_job_history backwards per
--- job, merged.
+-- The plan ahead of the jobs $1, optionally in statuses $2: one runs_job_scheduled_at
+-- range per job, read forwards, merged (bounded as list_runs_by_job is).
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
@@ -985,13 +991,14 @@ FROM unnest($1::bigint[]) AS s (job_id)
 CROSS JOIN LATERAL (
     SELECT * FROM runs x
     WHERE x.job_id = s.job_id AND ($2::run_status[] IS NULL OR x.status = ANY ($2::run_status[]))
+      AND (x.job_id, x.scheduled_at) >= (s.job_id, GREATEST($3::timestamptz, now()))
       AND (x.scheduled_at, x.id) > (GREATEST($3::timestamptz, now()),
                                     CASE WHEN $3::timestamptz > now() THEN $4::bigint
                                          ELSE 9223372036854775807 END)
       AND x.scheduled_at >= $5::timestamptz AND x.scheduled_at < $6::timestamptz
       AND ($7::timestamptz IS NULL OR x.finished_at >= $7::timestamptz)
       AND ($8::timestamptz IS NULL OR x.finished_at < $8::timestamptz)
-    ORDER BY x.scheduled_at, x.id
+    ORDER BY x.scheduled_at
     LIMIT $9::int
 ) r
 JOIN jobs j ON j.id = r.job_id

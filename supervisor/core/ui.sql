@@ -1,12 +1,13 @@
 -- The dashboard's queries (api/ui through supervisor/core/dashboard.py), one method each.
--- Lists are keyset pages; per-job facts come from a few probes of runs_job_history per
--- listed job, never from a scan of runs.
+-- Lists are keyset pages; per-job facts come from a few probes of runs_job_scheduled_at
+-- (job_id, scheduled_at) per listed job, never from a scan of runs. scheduled_at is unique
+-- within a job, so a job's runs are ordered by it alone.
 
 -- name: ui_jobs_by_name
 -- The jobs list by name: name substring $1 (case-insensitive, NULL: any), type $2, paused
 -- $3, last run status $4 (NULL: any), among the jobs $7 (NULL: any); names after $5
 -- (keyset; '' for the first page), at most $6. Scans jobs in name order (jobs_name_live); the three laterals probe
--- runs_job_history for the listed jobs only, the last run first so that a last-status
+-- runs_job_scheduled_at for the listed jobs only, the last run first so that a last-status
 -- filter drops a job before its other two probes.
 SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
        nx.scheduled_at AS next_at, lr.status::text AS last_status,
@@ -16,7 +17,7 @@ FROM jobs j
 LEFT JOIN LATERAL (
     SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
-    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr ON true
+    ORDER BY r.scheduled_at DESC LIMIT 1) lr ON true
 LEFT JOIN LATERAL (
     SELECT r.scheduled_at FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at > now() AND r.status = 'scheduled'
@@ -26,7 +27,7 @@ LEFT JOIN LATERAL (
     FROM (SELECT r.status FROM runs r
           WHERE r.job_id = j.id AND r.scheduled_at <= now()
             AND r.status IN ('succeeded', 'dead', 'failed')
-          ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 20) x) sr ON true
+          ORDER BY r.scheduled_at DESC LIMIT 20) x) sr ON true
 WHERE j.deleted_at IS NULL
   AND ($1::text IS NULL OR strpos(lower(j.name), lower($1::text)) > 0)
   AND ($2::text IS NULL OR j.type = $2::text)
@@ -45,13 +46,13 @@ FROM jobs j
 CROSS JOIN LATERAL (
     SELECT r.status FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
-    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr
+    ORDER BY r.scheduled_at DESC LIMIT 1) lr
 WHERE j.deleted_at IS NULL
 ORDER BY j.name;
 
 -- name: ui_jobs_by_next
 -- The same list soonest next run first, for jobs that have one: walks the planned runs in
--- time order (runs_status_history), keeps each job's first (a runs_job_history probe), then
+-- time order (runs_status_history), keeps each job's first (a runs_job_scheduled_at probe), then
 -- joins and filters its job. Keyset ($5, $6) on (that run's scheduled_at, its id); at most
 -- $7. The rows walked grow with the time span the page covers, not with the history.
 SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
@@ -64,13 +65,13 @@ JOIN jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
     SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
-    ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 1) lr ON true
+    ORDER BY r.scheduled_at DESC LIMIT 1) lr ON true
 LEFT JOIN LATERAL (
     SELECT count(*) AS total, count(*) FILTER (WHERE x.status = 'succeeded') AS succeeded
     FROM (SELECT r.status FROM runs r
           WHERE r.job_id = j.id AND r.scheduled_at <= now()
             AND r.status IN ('succeeded', 'dead', 'failed')
-          ORDER BY r.scheduled_at DESC, r.id DESC LIMIT 20) x) sr ON true
+          ORDER BY r.scheduled_at DESC LIMIT 20) x) sr ON true
 WHERE n.status = 'scheduled'
   AND (n.scheduled_at, n.id) > (greatest($5::timestamptz, now()), $6::bigint)
   AND NOT EXISTS (
@@ -202,7 +203,7 @@ ORDER BY j.name
 LIMIT $1::int;
 
 -- ---------------------------------------------------------------- job detail
--- Both read one job's range of runs_job_history (job_id, scheduled_at DESC, id DESC).
+-- Both read one job's range of runs_job_scheduled_at (job_id, scheduled_at), backwards.
 
 -- name: ui_job_timeline
 -- Job $1's runs scheduled in [$2, $3], latest first, at most $4 (the timeline's marks).
@@ -211,7 +212,7 @@ SELECT r.id, r.scheduled_at, r.status::text AS status, r.skip_reason, r.trigger:
 FROM runs r
 WHERE r.job_id = $1::bigint AND r.scheduled_at >= $2::timestamptz
   AND r.scheduled_at <= $3::timestamptz
-ORDER BY r.scheduled_at DESC, r.id DESC
+ORDER BY r.scheduled_at DESC
 LIMIT $4::int;
 
 -- name: ui_job_durations
@@ -222,7 +223,7 @@ FROM runs r
 WHERE r.job_id = $1::bigint AND r.scheduled_at <= now()
   AND r.status IN ('succeeded', 'failed', 'dead')
   AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
-ORDER BY r.scheduled_at DESC, r.id DESC
+ORDER BY r.scheduled_at DESC
 LIMIT $2::int;
 
 -- ---------------------------------------------------------------- runs
@@ -232,7 +233,7 @@ LIMIT $2::int;
 -- counted up to $7 (the page then says "at least"): statuses $1 (dead, failed) of live
 -- jobs, of the jobs $2 (NULL: any), scheduled in [$3, $4), finished in [$5, $6) (NULL:
 -- open). The outer WHERE is pushed into both branches: with jobs, each one's range of
--- runs_job_history; without (a one-time filter on $2), runs_status_history per status.
+-- runs_job_scheduled_at; without (a one-time filter on $2), runs_status_history per status.
 SELECT count(*) AS n FROM (
     SELECT 1 FROM (
         SELECT r.* FROM unnest($2::bigint[]) AS g(id) JOIN runs r ON r.job_id = g.id

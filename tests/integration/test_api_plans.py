@@ -34,11 +34,11 @@ CASES = [
         "'{{dead,failed}}', {key}, {range}, NULL, NULL, 500",
         "runs_status_history",
     ),
-    ("list_runs_by_job", "'{{7}}', NULL, {key}, {range}, NULL, NULL, 50", "runs_job_history"),
+    ("list_runs_by_job", "'{{7}}', NULL, {key}, {range}, NULL, NULL, 50", "runs_job_scheduled_at"),
     (
         "list_runs_by_job",
         "'{{7,8}}', '{{dead}}', {key}, {range}, NULL, NULL, 50",
-        "runs_job_history",
+        "runs_job_scheduled_at",
     ),
     ("list_runs_upcoming_page", "{key}, {range}, NULL, NULL, 50", "runs_history"),
     ("list_runs_upcoming_page", f"{{key}}, {SOON}, 50", "runs_history"),
@@ -55,12 +55,12 @@ CASES = [
     (
         "list_runs_upcoming_by_job",
         "'{{7}}', NULL, {key}, {range}, NULL, NULL, 50",
-        "runs_job_history",
+        "runs_job_scheduled_at",
     ),
     (
         "list_runs_upcoming_by_job",
         "'{{7,8}}', '{{scheduled}}', {key}, {range}, NULL, NULL, 50",
-        "runs_job_history",
+        "runs_job_scheduled_at",
     ),
 ]
 

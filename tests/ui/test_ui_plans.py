@@ -23,7 +23,7 @@ CASES = [
     ("ui_job_last_statuses", ""),
     ("ui_jobs_by_next", f"NULL, NULL, NULL, NULL, {FIRST}, 51"),
     ("ui_jobs_by_next", "'12', NULL, NULL, 'succeeded', now() + interval '1 minute', 1, 51"),
-    # A job's page: its timeline and durations read its range of runs_job_history.
+    # A job's page: its timeline and durations read its range of runs_job_scheduled_at.
     ("ui_job_timeline", "{job}, now() - interval '7 days', now() + interval '1 day', 2000"),
     ("ui_job_durations", "{job}, 60"),
     # The runs page's bulk requeue count.
