@@ -102,7 +102,7 @@ async def _timeline(request: web.Request, job: Job, now: datetime) -> svg.Timeli
 
 
 async def _runs_page(request: web.Request, job_id: int) -> dict[str, Any]:
-    """The job's runs, newest first, through the API's list (runs_job_history)."""
+    """The job's runs, newest first, through the API's list (runs_job_scheduled_at)."""
     f = RunFilters(job_id=job_id)
     fhash = cursor.filters_hash("ui-job-runs", f.canonical())
     token = request.query.get("cursor")
