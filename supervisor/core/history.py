@@ -23,7 +23,6 @@ def _runs(rows: Sequence[Record]) -> list[Run]:
 
 # (history, upcoming) blocks of each run list: the plan ahead reads the same index the
 # other way; queries.sql keeps them apart so each plan is tested on its own.
-_PAGE = ("list_runs_page", "list_runs_upcoming_page")
 _BY_STATUS = ("list_runs_by_status", "list_runs_upcoming_by_status")
 _BY_JOB = ("list_runs_by_job", "list_runs_upcoming_by_job")
 
@@ -38,12 +37,6 @@ class History(Queries):
 
     async def list_run_attempts(self, run_id: int) -> list[Attempt]:
         return [Attempt.from_row(r) for r in await self._fetch("list_run_attempts", run_id)]
-
-    async def list_runs_page(
-        self, key: RunKey, scheduled: TimeRange, finished: OpenRange, limit: int, upcoming: bool
-    ) -> list[Run]:
-        name = _PAGE[upcoming]
-        return _runs(await self._fetch(name, *key, *scheduled, *finished, limit))
 
     async def list_runs_by_status(
         self,

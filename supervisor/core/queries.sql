@@ -816,8 +816,8 @@ WHERE id = $1::text;
 
 -- ---------------- api
 -- The management API's queries. History lists are keyset-paginated newest first on
--- (scheduled_at, id); each list query is driven by one index (runs_history,
--- runs_status_history or runs_job_scheduled_at) and absent bounds are passed as +-infinity so
+-- (scheduled_at, id); each list query is driven by one index (runs_status_history or
+-- runs_job_scheduled_at) and absent bounds are passed as +-infinity so
 -- the generic plan keeps them as index conditions.
 
 -- name: job_ids_by_name
@@ -860,52 +860,39 @@ WHERE r.id = $1::bigint;
 -- name: list_run_attempts
 SELECT * FROM run_attempts WHERE run_id = $1::bigint ORDER BY attempt;
 
--- name: list_runs_page
--- History: runs due by now (database clock), newest first on runs_history. $1/$2 the cursor
--- (exclusive), clamped to (now(), max id) in the index condition itself: a plain
--- `scheduled_at <= now()` beside the cursor lets the scan start at the first page's
--- (infinity, max) key and step over every planned run. $3/$4 the scheduled range
--- [after, before), $5/$6 the finished range (NULL: no filter). The variants below share
--- the clamp (the upcoming ones clamp up to now).
+-- name: list_runs_by_status
+-- History in any of $1 statuses (the API passes every status when none is asked for): runs
+-- due by now (database clock), newest first. One runs_status_history range per status
+-- (the branch is repeated for each, the ones not in $1 cut by a one-time filter), merged
+-- in order, so a page reads about a page of rows. $2/$3 the cursor (exclusive), clamped to
+-- (now(), max id) in the index condition itself: a plain `scheduled_at <= now()` beside
+-- the cursor lets the scan start at the first page's (infinity, max) key and step over
+-- every planned run. $4/$5 the scheduled range [after, before), $6/$7 the finished range
+-- (NULL: no filter). The other lists share the clamp (the upcoming ones clamp up to now).
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
        r.created_at
 FROM (
-    SELECT * FROM runs
-    WHERE (scheduled_at, id) < (LEAST($1::timestamptz, now()),
-                                CASE WHEN $1::timestamptz <= now() THEN $2::bigint
-                                     ELSE 9223372036854775807 END)
-      AND scheduled_at >= $3::timestamptz AND scheduled_at < $4::timestamptz
-      AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
-      AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
+    SELECT * FROM (
+        -- each status:
+        (SELECT * FROM runs x
+         WHERE x.status = '{status}' AND '{status}' = ANY ($1::run_status[])
+           AND (x.scheduled_at, x.id) < (LEAST($2::timestamptz, now()),
+                                         CASE WHEN $2::timestamptz <= now() THEN $3::bigint
+                                              ELSE 9223372036854775807 END)
+           AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
+           AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
+           AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
+         ORDER BY x.scheduled_at DESC, x.id DESC
+         LIMIT $8::int)
+        -- end each
+    ) u
     ORDER BY scheduled_at DESC, id DESC
-    LIMIT $7::int
-) r JOIN jobs j ON j.id = r.job_id
-ORDER BY r.scheduled_at DESC, r.id DESC;
-
--- name: list_runs_by_status
--- History in any of $1 statuses: one runs_status_history range per status, merged.
-SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
-       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
-       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
-       r.created_at
-FROM unnest($1::run_status[]) AS s (status)
-CROSS JOIN LATERAL (
-    SELECT * FROM runs x
-    WHERE x.status = s.status
-      AND (x.scheduled_at, x.id) < (LEAST($2::timestamptz, now()),
-                                    CASE WHEN $2::timestamptz <= now() THEN $3::bigint
-                                         ELSE 9223372036854775807 END)
-      AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
-      AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
-      AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
-    ORDER BY x.scheduled_at DESC, x.id DESC
     LIMIT $8::int
 ) r
 JOIN jobs j ON j.id = r.job_id
-ORDER BY r.scheduled_at DESC, r.id DESC
-LIMIT $8::int;
+ORDER BY r.scheduled_at DESC, r.id DESC;
 
 -- name: list_runs_by_job
 -- History of the jobs $1 (a name may map to several ids), optionally in statuses $2:
@@ -937,48 +924,34 @@ JOIN jobs j ON j.id = r.job_id
 ORDER BY r.scheduled_at DESC, r.id DESC
 LIMIT $9::int;
 
--- name: list_runs_upcoming_page
--- The plan ahead: runs scheduled after now(), soonest first (runs_history read backwards).
--- $1/$2 the cursor (exclusive), clamped up to (now(), max id); the rest as list_runs_page.
+-- name: list_runs_upcoming_by_status
+-- The plan ahead in any of $1 statuses: runs scheduled after now(), soonest first, the
+-- same per-status ranges read forwards and merged. $2/$3 the cursor (exclusive), clamped
+-- up to (now(), max id); the rest as list_runs_by_status.
 SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
        r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
        r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
        r.created_at
 FROM (
-    SELECT * FROM runs
-    WHERE (scheduled_at, id) > (GREATEST($1::timestamptz, now()),
-                                CASE WHEN $1::timestamptz > now() THEN $2::bigint
-                                     ELSE 9223372036854775807 END)
-      AND scheduled_at >= $3::timestamptz AND scheduled_at < $4::timestamptz
-      AND ($5::timestamptz IS NULL OR finished_at >= $5::timestamptz)
-      AND ($6::timestamptz IS NULL OR finished_at < $6::timestamptz)
+    SELECT * FROM (
+        -- each status:
+        (SELECT * FROM runs x
+         WHERE x.status = '{status}' AND '{status}' = ANY ($1::run_status[])
+           AND (x.scheduled_at, x.id) > (GREATEST($2::timestamptz, now()),
+                                         CASE WHEN $2::timestamptz > now() THEN $3::bigint
+                                              ELSE 9223372036854775807 END)
+           AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
+           AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
+           AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
+         ORDER BY x.scheduled_at, x.id
+         LIMIT $8::int)
+        -- end each
+    ) u
     ORDER BY scheduled_at, id
-    LIMIT $7::int
-) r JOIN jobs j ON j.id = r.job_id
-ORDER BY r.scheduled_at, r.id;
-
--- name: list_runs_upcoming_by_status
--- The plan ahead in any of $1 statuses: runs_status_history backwards per status, merged.
-SELECT r.id, r.job_id, j.name AS job_name, j.timezone, r.scheduled_at, r.status, r.trigger,
-       r.attempts, r.max_attempts, r.run_after, r.lease_owner, r.lease_expires_at,
-       r.started_at, r.finished_at, r.last_error, r.skip_reason, r.idempotency_key,
-       r.created_at
-FROM unnest($1::run_status[]) AS s (status)
-CROSS JOIN LATERAL (
-    SELECT * FROM runs x
-    WHERE x.status = s.status
-      AND (x.scheduled_at, x.id) > (GREATEST($2::timestamptz, now()),
-                                    CASE WHEN $2::timestamptz > now() THEN $3::bigint
-                                         ELSE 9223372036854775807 END)
-      AND x.scheduled_at >= $4::timestamptz AND x.scheduled_at < $5::timestamptz
-      AND ($6::timestamptz IS NULL OR x.finished_at >= $6::timestamptz)
-      AND ($7::timestamptz IS NULL OR x.finished_at < $7::timestamptz)
-    ORDER BY x.scheduled_at, x.id
     LIMIT $8::int
 ) r
 JOIN jobs j ON j.id = r.job_id
-ORDER BY r.scheduled_at, r.id
-LIMIT $8::int;
+ORDER BY r.scheduled_at, r.id;
 
 -- name: list_runs_upcoming_by_job
 -- The plan ahead of the jobs $1, optionally in statuses $2: one runs_job_scheduled_at

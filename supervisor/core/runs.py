@@ -103,9 +103,8 @@ async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int)
         if not job_ids:
             return []
         return await store.list_runs_by_job(job_ids, statuses or None, *window)
-    if statuses:
-        return await store.list_runs_by_status(statuses, *window)
-    return await store.list_runs_page(*window)
+    # Across jobs, every list is a merge of per-status ranges: no filter is every status.
+    return await store.list_runs_by_status(statuses or [s.value for s in RunStatus], *window)
 
 
 async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:

@@ -14,8 +14,20 @@ import asyncpg
 
 from supervisor.core.db import Conn, Record, read_only_seen
 from supervisor.core.errors import Conflict, RefusedValue, UniqueConflict
+from supervisor.core.model import RunStatus
 
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# A branch written once and repeated for every run status, joined by UNION ALL, so that
+# a merge across statuses reads one runs_status_history range per status and PostgreSQL
+# merges the ordered ranges (Merge Append) instead of sorting (DESIGN.md, Indexes).
+_EACH_STATUS = re.compile(r"^[ \t]*-- each status:\n(.*?)^[ \t]*-- end each\n", re.M | re.S)
+
+
+def _each_status(match: re.Match[str]) -> str:
+    branch = match.group(1).rstrip()
+    return "\nUNION ALL\n".join(branch.replace("{status}", s.value) for s in RunStatus) + "\n"
+
+
 WAKE_CHANNEL = "punchclock_wake"
 
 
@@ -32,7 +44,7 @@ def load_queries() -> dict[str, str]:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in queries:
                 raise ValueError(f"{file.name}: query {name!r} defined twice")
-            queries[name] = body.strip()
+            queries[name] = _EACH_STATUS.sub(_each_status, body).strip()
     return queries
 
 

@@ -131,14 +131,21 @@ GROUP BY 1, 2;
 
 -- name: ui_lateness
 -- Start lateness (first attempt's start - scheduled_at) of the latest $2 runs scheduled
--- within the last $1 seconds (runs_history backwards): p50, p99, and how many were measured.
+-- within the last $1 seconds (runs_status_history backwards, each status's range, merged):
+-- p50, p99, and how many were measured.
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY late) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY late) AS p99,
        count(*) AS n
 FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
-      FROM runs r
-      WHERE r.scheduled_at > now() - make_interval(secs => $1::float8)
-        AND r.scheduled_at <= now() AND r.started_at IS NOT NULL AND r.attempts = 1
+      FROM (
+          -- each status:
+          (SELECT * FROM runs x
+           WHERE x.status = '{status}'
+             AND x.scheduled_at > now() - make_interval(secs => $1::float8)
+             AND x.scheduled_at <= now() AND x.started_at IS NOT NULL AND x.attempts = 1
+           ORDER BY x.scheduled_at DESC, x.id DESC)
+          -- end each
+      ) r
       ORDER BY r.scheduled_at DESC, r.id DESC
       LIMIT $2::int) x;
 
@@ -146,8 +153,8 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
 -- Writes up to $1 rows of run_hours, newest first: closed hours of the last week that have
 -- no row, or whose row was computed while the hour was younger than a day (its runs may
 -- have ended since) and more than 10 minutes ago. Per hour: three counts from
--- runs_status_history and the lateness of its first attempts from runs_history, each one
--- hour's index range. Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
+-- runs_status_history and the lateness of its first attempts from the same index (every
+-- status's range: the status list is an index condition), each one hour's index range. Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
 -- Rows older than 8 days are deleted. Returns the hours written.
 WITH want AS (
     SELECT h.hour FROM generate_series(date_bin('1 hour', now(), 'epoch') - interval '167 hours',
@@ -181,7 +188,8 @@ CROSS JOIN LATERAL (
            percentile_cont(0.99) WITHIN GROUP (ORDER BY x.late) AS p99, count(*) AS n
     FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
           FROM runs r
-          WHERE r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour'
+          WHERE r.status = ANY (enum_range(NULL::run_status))
+            AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour'
             AND r.started_at IS NOT NULL AND r.attempts = 1) x) l
 ON CONFLICT (hour) DO UPDATE SET succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed,
     dead = EXCLUDED.dead, late_n = EXCLUDED.late_n, late_p50 = EXCLUDED.late_p50,

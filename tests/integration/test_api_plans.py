@@ -25,9 +25,10 @@ UPCOMING_KEYS = ("'-infinity'::timestamptz, 0", "now() + interval '300 seconds',
 AT_NOW = "now(), 9223372036854775807"  # where both modes' first pages should start
 DAY_AGO = f"now() - interval '2 hours', {INF}, now() - interval '1 day', NULL"
 SOON = "now(), now() + interval '2 hours', NULL, NULL"
+EVERY = "enum_range(NULL::run_status)"  # what the API passes when no status is asked for
 CASES = [
-    ("list_runs_page", "{key}, {range}, NULL, NULL, 50", "runs_history"),
-    ("list_runs_page", f"{{key}}, {DAY_AGO}, 50", "runs_history"),
+    ("list_runs_by_status", f"{EVERY}, {{key}}, {{range}}, NULL, NULL, 50", "runs_status_history"),
+    ("list_runs_by_status", f"{EVERY}, {{key}}, {DAY_AGO}, 50", "runs_status_history"),
     ("list_runs_by_status", "'{{dead}}', {key}, {range}, NULL, NULL, 50", "runs_status_history"),
     (
         "list_runs_by_status",
@@ -40,8 +41,12 @@ CASES = [
         "'{{7,8}}', '{{dead}}', {key}, {range}, NULL, NULL, 50",
         "runs_job_scheduled_at",
     ),
-    ("list_runs_upcoming_page", "{key}, {range}, NULL, NULL, 50", "runs_history"),
-    ("list_runs_upcoming_page", f"{{key}}, {SOON}, 50", "runs_history"),
+    (
+        "list_runs_upcoming_by_status",
+        f"{EVERY}, {{key}}, {{range}}, NULL, NULL, 50",
+        "runs_status_history",
+    ),
+    ("list_runs_upcoming_by_status", f"{EVERY}, {{key}}, {SOON}, 50", "runs_status_history"),
     (
         "list_runs_upcoming_by_status",
         "'{{scheduled}}', {key}, {range}, NULL, NULL, 50",
