@@ -143,7 +143,8 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
            WHERE x.status = '{status}'
              AND x.scheduled_at > now() - make_interval(secs => $1::float8)
              AND x.scheduled_at <= now() AND x.started_at IS NOT NULL AND x.attempts = 1
-           ORDER BY x.scheduled_at DESC, x.id DESC)
+           ORDER BY x.scheduled_at DESC, x.id DESC
+           LIMIT $2::int)
           -- end each
       ) r
       ORDER BY r.scheduled_at DESC, r.id DESC
@@ -154,7 +155,8 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
 -- no row, or whose row was computed while the hour was younger than a day (its runs may
 -- have ended since) and more than 10 minutes ago. Per hour: three counts from
 -- runs_status_history and the lateness of its first attempts from the same index (every
--- status's range: the status list is an index condition), each one hour's index range. Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
+-- status's range: the status list is an index condition), each one hour's index range.
+-- Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
 -- Rows older than 8 days are deleted. Returns the hours written.
 WITH want AS (
     SELECT h.hour FROM generate_series(date_bin('1 hour', now(), 'epoch') - interval '167 hours',
