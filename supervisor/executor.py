@@ -124,9 +124,10 @@ class Executor:
                 out.append(LiveOutput(e.run_id, e.attempt, e.lease_token, *live))
         return out
 
-    def hold_off(self) -> float:
-        """Seconds until no start of a run claimed ahead is near (0: none is)."""
-        now = time.monotonic()
+    def hold_off(self, now: float | None = None) -> float:
+        """Seconds until no start of a run claimed ahead is near (0: none is), as seen at
+        the monotonic instant `now` (default: this one)."""
+        now = time.monotonic() if now is None else now
         near = [
             e.start_at
             for e in self.inflight.values()

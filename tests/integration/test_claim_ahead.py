@@ -9,9 +9,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from supervisor.claimer import Claimer
 from supervisor.core import jobs, runs
 from supervisor.core.store import Store
+from supervisor.executor import HOLD_AFTER, HOLD_BEFORE
 from supervisor.heartbeater import Heartbeater
 from supervisor.inflight import Phase
 from supervisor.planner import MAX_HOLD, Planner
@@ -120,11 +123,17 @@ async def test_shutdown_gives_back_a_run_claimed_ahead_unstarted(
 
 async def test_the_planner_holds_off_near_a_start_and_never_stops(store: Store) -> None:
     async with _running_executor(store, ("true",)) as (executor, _):
-        run_id = await _due_in(store, "near", 0.02)
-        [claim] = await store.claim_runs(["echo"], 1, "w1", TTL, ahead=1.0)
+        run_id = await _due_in(store, "near", 2.0)
+        [claim] = await store.claim_runs(["echo"], 1, "w1", TTL, ahead=5.0)
         executor.start(claim, time.monotonic())
-        hold = executor.hold_off()
-        assert 0.0 < hold <= 0.03 + 0.01
+        # Asked at instants around the start (a slow machine cannot make it miss them):
+        # nothing before HOLD_BEFORE, then until HOLD_AFTER past the start.
+        start_at = executor.inflight[run_id].start_at
+        assert start_at > time.monotonic()
+        assert executor.hold_off(start_at - HOLD_BEFORE - 0.001) == 0.0
+        assert executor.hold_off(start_at - 0.02) == pytest.approx(0.02 + HOLD_AFTER)
+        assert executor.hold_off(start_at) == pytest.approx(HOLD_AFTER)
+        assert executor.hold_off(start_at + HOLD_AFTER + 0.001) == 0.0
         await wait_for(lambda: executor.in_flight() == 0, 10, "the attempt to end")
         assert executor.hold_off() == 0.0
         assert await status(store, run_id) == "succeeded"
