@@ -7,7 +7,9 @@ from supervisor.core.sql import QUERIES
 
 
 def test_each_status_branches_cover_every_status_once() -> None:
-    merged = {n: q for n, q in QUERIES.items() if "UNION ALL" in q and "x.status = 'scheduled'" in q}
+    merged = {
+        n: q for n, q in QUERIES.items() if "UNION ALL" in q and "x.status = 'scheduled'" in q
+    }
     assert {"list_runs_by_status", "list_runs_upcoming_by_status", "ui_lateness"} <= set(merged)
     for q in merged.values():
         for s in RunStatus:
