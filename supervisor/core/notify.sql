@@ -125,8 +125,9 @@ SELECT count(*) FROM moved;
 -- run_late: due runs that waited longer than their job's late_after_seconds (NULL: $1, the
 -- configured ready_max_lag), for the channels that subscribe. Time-based, so any notifier
 -- may raise it; the unique dedupe_key (one per run) makes it once per run whoever does.
--- Only the oldest $2 runs past the smallest threshold in use are looked at (runs_claimable;
--- the smallest is a scan of jobs, which is small).
+-- Only the oldest $2 runs past the smallest threshold in use are looked at (the first $2 of
+-- each type's range, merged; the smallest is a scan of jobs, which is small).
+WITH RECURSIVE {{claimable_types}}
 INSERT INTO outbox (channel_id, event, job_id, run_id, dedupe_key, data)
 SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
        jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
@@ -134,12 +135,15 @@ SELECT c.channel_id, 'run_late', r.job_id, r.id, 'run_late:' || r.id,
                'status', r.status, 'attempt', r.attempts,
                'late_seconds', round(EXTRACT(EPOCH FROM (now() - r.run_after))::numeric, 3),
                'late_after_seconds', coalesce(j.late_after_seconds, $1::float8)))
-FROM (SELECT id, job_id, scheduled_at, status, attempts, run_after FROM runs
-      WHERE status IN ('scheduled', 'failed')
-        AND run_after < now() - make_interval(secs => least($1::float8,
-            (SELECT min(late_after_seconds) FROM jobs
-             WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL)))
-      ORDER BY run_after LIMIT $2::int) r
+FROM (SELECT o.* FROM claimable_types t CROSS JOIN LATERAL (
+          SELECT id, job_id, scheduled_at, status, attempts, run_after FROM runs
+          WHERE type = t.type AND status IN ('scheduled', 'failed')
+            AND run_after < now() - make_interval(secs => least($1::float8,
+                (SELECT min(late_after_seconds) FROM jobs
+                 WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL)))
+          ORDER BY run_after LIMIT $2::int) o
+      WHERE t.type IS NOT NULL
+      ORDER BY o.run_after LIMIT $2::int) r
 JOIN jobs j ON j.id = r.job_id AND NOT j.paused AND j.deleted_at IS NULL
     AND r.run_after < now() - make_interval(secs => coalesce(j.late_after_seconds, $1::float8))
 CROSS JOIN LATERAL notify_targets(r.job_id, 'run_late') c

@@ -140,6 +140,19 @@ WHERE j.id = t.id;
 SELECT count(*) FROM jobs
 WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 
+-- fragment: claimable_types
+-- The types that have claimable runs, found with one probe of runs_claimable_by_type (type,
+-- run_after) each: a loose index scan, as PostgreSQL 15 has no skip scan. What reads due runs
+-- across types reads one (type, run_after) range per type from it, so no second index of
+-- claimable runs in run_after order is needed (migration 0016). Needs WITH RECURSIVE.
+claimable_types(type) AS (
+    SELECT min(type) FROM runs WHERE status IN ('scheduled', 'failed')
+    UNION ALL
+    SELECT (SELECT min(r.type) FROM runs r
+            WHERE r.status IN ('scheduled', 'failed') AND r.type > t.type)
+    FROM claimable_types t WHERE t.type IS NOT NULL
+)
+
 -- name: skip_missed_runs
 -- Catch-up policy, applied before claiming. A run is missed when it never started and is
 -- older than the misfire grace. 'none' skips every missed run; 'latest' all but the newest
@@ -156,11 +169,17 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 -- a paused job's runs (judged at its resume), no longer fill the window for good. The last
 -- row gives the position for the next pass (NULL once the scan reached the end). claim_runs
 -- never starts a run this judgement skips, so a run no pass has reached yet waits.
-WITH old AS (
-    SELECT id, run_after FROM runs WHERE status IN ('scheduled', 'failed')
-      AND run_after < now() - make_interval(secs => $1::float8)
-      AND (run_after, id) > (COALESCE($3::timestamptz, '-infinity'), COALESCE($4::bigint, 0))
-    ORDER BY run_after, id LIMIT $2::int
+WITH RECURSIVE {{claimable_types}}, old AS (
+    -- The first $2 of each type's range, merged.
+    SELECT o.id, o.run_after FROM claimable_types t CROSS JOIN LATERAL (
+        SELECT id, run_after FROM runs
+        WHERE type = t.type AND status IN ('scheduled', 'failed')
+          AND run_after < now() - make_interval(secs => $1::float8)
+          AND run_after >= COALESCE($3::timestamptz, '-infinity')
+          AND (run_after, id) > (COALESCE($3::timestamptz, '-infinity'), COALESCE($4::bigint, 0))
+        ORDER BY run_after, id LIMIT $2::int) o
+    WHERE t.type IS NOT NULL
+    ORDER BY o.run_after, o.id LIMIT $2::int
 ), due AS (
     SELECT r.id, r.job_id, r.scheduled_at, r.exclusive FROM runs r
     WHERE r.id = ANY(ARRAY(
@@ -754,31 +773,41 @@ DELETE FROM outbox o USING doomed WHERE o.id = doomed.id;
 -- ---------------------------------------------------------------- observability
 
 -- name: late_runs
--- Due runs that waited longer than $1 seconds, oldest first, and whether any live worker
--- offers their type (runs_claimable index).
-SELECT r.id, r.job_id, j.name AS job_name, r.type, r.run_after, r.scheduled_at,
+-- Due runs that waited longer than $1 seconds, oldest first (the first $2 of each type's
+-- range, merged), and whether any live worker offers their type.
+WITH RECURSIVE {{claimable_types}}
+SELECT r.id, r.job_id, r.job_name, r.type, r.run_after, r.scheduled_at,
        EXTRACT(EPOCH FROM (now() - r.run_after))::float8 AS late_seconds,
        EXISTS (SELECT 1 FROM workers w
                WHERE worker_is_live(w) AND r.type = ANY(w.types)) AS offered
-FROM runs r JOIN jobs j ON j.id = r.job_id
-WHERE r.status IN ('scheduled', 'failed')
-  AND r.run_after < now() - make_interval(secs => $1::float8)
-  AND NOT j.paused AND j.deleted_at IS NULL
+FROM claimable_types t CROSS JOIN LATERAL (
+    SELECT r.id, r.job_id, j.name AS job_name, r.type, r.run_after, r.scheduled_at
+    FROM runs r JOIN jobs j ON j.id = r.job_id
+    WHERE r.type = t.type AND r.status IN ('scheduled', 'failed')
+      AND r.run_after < now() - make_interval(secs => $1::float8)
+      AND NOT j.paused AND j.deleted_at IS NULL
+    ORDER BY r.run_after LIMIT $2::int) r
+WHERE t.type IS NOT NULL
 ORDER BY r.run_after
 LIMIT $2::int;
 
 -- name: database_gauges
--- One round trip for the API's database-wide gauges.
+-- One round trip for the API's database-wide gauges. Due runs are counted per type
+-- (claimable_types).
+WITH RECURSIVE {{claimable_types}}, due AS (
+    SELECT d.n, d.oldest FROM claimable_types t CROSS JOIN LATERAL (
+        SELECT count(*) AS n, min(r.run_after) AS oldest
+        FROM runs r JOIN jobs j ON j.id = r.job_id
+        WHERE r.type = t.type AND r.status IN ('scheduled', 'failed') AND r.run_after <= now()
+          AND NOT j.paused AND j.deleted_at IS NULL) d
+    WHERE t.type IS NOT NULL
+)
 SELECT
     (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
        FROM (SELECT status::text, count(*) AS n FROM runs GROUP BY status) s) AS runs_by_status,
-    (SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
-      WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
-        AND NOT j.paused AND j.deleted_at IS NULL) AS due_waiting,
-    (SELECT coalesce(EXTRACT(EPOCH FROM (now() - min(r.run_after))), 0)::float8
-       FROM runs r JOIN jobs j ON j.id = r.job_id
-      WHERE r.status IN ('scheduled', 'failed') AND r.run_after <= now()
-        AND NOT j.paused AND j.deleted_at IS NULL) AS oldest_due_age,
+    (SELECT coalesce(sum(n), 0)::bigint FROM due) AS due_waiting,
+    (SELECT coalesce(EXTRACT(EPOCH FROM (now() - min(oldest))), 0)::float8 FROM due)
+        AS oldest_due_age,
     (SELECT count(*) FROM workers w WHERE worker_is_live(w)) AS live_workers,
     (SELECT count(*) FROM jobs j WHERE NOT j.paused AND j.deleted_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM workers w WHERE worker_is_live(w)

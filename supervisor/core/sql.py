@@ -16,7 +16,11 @@ from supervisor.core.db import Conn, Record, read_only_seen
 from supervisor.core.errors import Conflict, RefusedValue, UniqueConflict
 from supervisor.core.model import RunStatus
 
-_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_QUERY_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
+# A fragment (a WITH-list entry several queries share) is written once and pasted where a
+# query says {{NAME}}.
+_USE = re.compile(r"\{\{(\w+)\}\}")
+_LEADING_COMMENT = re.compile(r"\A(?:--[^\n]*\n)+")
 # A branch written once and repeated for every run status, joined by UNION ALL, so that
 # a merge across statuses reads one runs_status_history range per status and PostgreSQL
 # merges the ordered ranges (Merge Append) instead of sorting (DESIGN.md, Indexes).
@@ -33,19 +37,28 @@ WAKE_CHANNEL = "punchclock_wake"
 
 def load_queries() -> dict[str, str]:
     """Every `-- name:` block of the package's .sql files (queries.sql, and one file per
-    feature beside it); a name defined twice anywhere is an error."""
-    queries: dict[str, str] = {}
+    feature beside it), `-- fragment:` blocks pasted in; a name defined twice is an error."""
+    blocks: dict[tuple[str, str], str] = {}
     files = sorted(
         (f for f in resources.files("supervisor.core").iterdir() if f.name.endswith(".sql")),
         key=lambda f: f.name,
     )
     for file in files:
         parts = _QUERY_HEADER.split(file.read_text())
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in queries:
-                raise ValueError(f"{file.name}: query {name!r} defined twice")
-            queries[name] = _EACH_STATUS.sub(_each_status, body).strip()
-    return queries
+        for kind, name, text in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+            if (kind, name) in blocks:
+                raise ValueError(f"{file.name}: {kind} {name!r} defined twice")
+            body = _EACH_STATUS.sub(_each_status, text).strip()
+            if kind == "fragment":  # its comment stays in the file
+                body = _LEADING_COMMENT.sub("", body)
+            blocks[kind, name] = body
+
+    def paste(use: re.Match[str]) -> str:
+        if ("fragment", use.group(1)) not in blocks:
+            raise ValueError(f"no fragment {use.group(1)!r}")
+        return blocks["fragment", use.group(1)]
+
+    return {n: _USE.sub(paste, b) for (kind, n), b in blocks.items() if kind == "name"}
 
 
 QUERIES = load_queries()

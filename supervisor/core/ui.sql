@@ -100,15 +100,19 @@ SELECT type FROM t WHERE type IS NOT NULL;
 
 -- ---------------------------------------------------------------- overview
 -- Each count reads one index range, never the whole of runs: open runs from the partial
--- indexes (runs_claimable, runs_running_lease), a window of history from
--- runs_status_history (status, scheduled_at) one status at a time.
+-- indexes (runs_claimable_by_type one type at a time, runs_running_lease), a window of
+-- history from runs_status_history (status, scheduled_at) one status at a time.
 
 -- name: ui_open_counts
-SELECT
-    (SELECT count(*) FROM runs WHERE status IN ('scheduled', 'failed') AND run_after <= now())
-        AS due,
-    (SELECT count(*) FROM runs WHERE status IN ('scheduled', 'failed') AND run_after > now())
-        AS planned,
+WITH RECURSIVE {{claimable_types}}, open AS (
+    SELECT o.due, o.planned FROM claimable_types t CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE run_after <= now()) AS due,
+               count(*) FILTER (WHERE run_after > now()) AS planned
+        FROM runs WHERE type = t.type AND status IN ('scheduled', 'failed')) o
+    WHERE t.type IS NOT NULL
+)
+SELECT (SELECT coalesce(sum(due), 0)::bigint FROM open) AS due,
+    (SELECT coalesce(sum(planned), 0)::bigint FROM open) AS planned,
     (SELECT count(*) FROM runs WHERE status = 'running') AS running;
 
 -- name: ui_status_counts

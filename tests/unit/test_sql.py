@@ -16,3 +16,13 @@ def test_each_status_branches_cover_every_status_once() -> None:
             assert q.count(f"x.status = '{s.value}'") == 1, (s, q)
         assert q.count("UNION ALL") == len(RunStatus) - 1
     assert not [n for n, q in QUERIES.items() if "{status}" in q or "-- each status" in q]
+
+
+def test_fragments_are_pasted_whole_and_are_not_queries() -> None:
+    across = ["skip_missed_runs", "late_runs", "database_gauges", "raise_late_runs"]
+    for name in [*across, "ui_open_counts"]:
+        q = QUERIES[name]
+        assert q.count("claimable_types(type) AS (") == 1, name
+        assert "WITH RECURSIVE claimable_types(type) AS (" in q, name
+    assert not [n for n, q in QUERIES.items() if "{{" in q or "-- fragment" in q]
+    assert "claimable_types" not in QUERIES
