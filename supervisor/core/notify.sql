@@ -142,7 +142,6 @@ FROM (SELECT o.* FROM claimable_types t CROSS JOIN LATERAL (
                 (SELECT min(late_after_seconds) FROM jobs
                  WHERE late_after_seconds IS NOT NULL AND deleted_at IS NULL)))
           ORDER BY run_after LIMIT $2::int) o
-      WHERE t.type IS NOT NULL
       ORDER BY o.run_after LIMIT $2::int) r
 JOIN jobs j ON j.id = r.job_id AND NOT j.paused AND j.deleted_at IS NULL
     AND r.run_after < now() - make_interval(secs => coalesce(j.late_after_seconds, $1::float8))

@@ -149,12 +149,15 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 -- run_after) each: a loose index scan, as PostgreSQL 15 has no skip scan. What reads due runs
 -- across types reads one (type, run_after) range per type from it, so no second index of
 -- claimable runs in run_after order is needed (migration 0016). Needs WITH RECURSIVE.
-claimable_types(type) AS (
+-- The walk ends on a NULL (no type after the last); claimable_types leaves it out.
+claimable_type_walk(type) AS (
     SELECT min(type) FROM runs WHERE status IN ('scheduled', 'failed')
     UNION ALL
     SELECT (SELECT min(r.type) FROM runs r
             WHERE r.status IN ('scheduled', 'failed') AND r.type > t.type)
-    FROM claimable_types t WHERE t.type IS NOT NULL
+    FROM claimable_type_walk t WHERE t.type IS NOT NULL
+), claimable_types(type) AS (
+    SELECT type FROM claimable_type_walk WHERE type IS NOT NULL
 )
 
 -- name: skip_missed_runs
@@ -179,10 +182,8 @@ WITH RECURSIVE {{claimable_types}}, old AS (
         SELECT id, run_after FROM runs
         WHERE type = t.type AND status IN ('scheduled', 'failed')
           AND run_after < now() - make_interval(secs => $1::float8)
-          AND run_after >= COALESCE($3::timestamptz, '-infinity')
           AND (run_after, id) > (COALESCE($3::timestamptz, '-infinity'), COALESCE($4::bigint, 0))
         ORDER BY run_after, id LIMIT $2::int) o
-    WHERE t.type IS NOT NULL
     ORDER BY o.run_after, o.id LIMIT $2::int
 ), due AS (
     SELECT r.id, r.job_id, r.scheduled_at, r.exclusive FROM runs r
@@ -780,19 +781,18 @@ DELETE FROM outbox o USING doomed WHERE o.id = doomed.id;
 -- Due runs that waited longer than $1 seconds, oldest first (the first $2 of each type's
 -- range, merged), and whether any live worker offers their type.
 WITH RECURSIVE {{claimable_types}}
-SELECT r.id, r.job_id, r.job_name, r.type, r.run_after, r.scheduled_at,
-       EXTRACT(EPOCH FROM (now() - r.run_after))::float8 AS late_seconds,
+SELECT l.id, l.job_id, l.job_name, l.type, l.run_after, l.scheduled_at,
+       EXTRACT(EPOCH FROM (now() - l.run_after))::float8 AS late_seconds,
        EXISTS (SELECT 1 FROM workers w
-               WHERE worker_is_live(w) AND r.type = ANY(w.types)) AS offered
+               WHERE worker_is_live(w) AND l.type = ANY(w.types)) AS offered
 FROM claimable_types t CROSS JOIN LATERAL (
     SELECT r.id, r.job_id, j.name AS job_name, r.type, r.run_after, r.scheduled_at
     FROM runs r JOIN jobs j ON j.id = r.job_id
     WHERE r.type = t.type AND r.status IN ('scheduled', 'failed')
       AND r.run_after < now() - make_interval(secs => $1::float8)
       AND NOT j.paused AND j.deleted_at IS NULL
-    ORDER BY r.run_after LIMIT $2::int) r
-WHERE t.type IS NOT NULL
-ORDER BY r.run_after
+    ORDER BY r.run_after LIMIT $2::int) l
+ORDER BY l.run_after
 LIMIT $2::int;
 
 -- name: database_gauges
@@ -804,7 +804,6 @@ WITH RECURSIVE {{claimable_types}}, due AS (
         FROM runs r JOIN jobs j ON j.id = r.job_id
         WHERE r.type = t.type AND r.status IN ('scheduled', 'failed') AND r.run_after <= now()
           AND NOT j.paused AND j.deleted_at IS NULL) d
-    WHERE t.type IS NOT NULL
 )
 SELECT
     (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)

@@ -109,7 +109,6 @@ WITH RECURSIVE {{claimable_types}}, open AS (
         SELECT count(*) FILTER (WHERE run_after <= now()) AS due,
                count(*) FILTER (WHERE run_after > now()) AS planned
         FROM runs WHERE type = t.type AND status IN ('scheduled', 'failed')) o
-    WHERE t.type IS NOT NULL
 )
 SELECT (SELECT coalesce(sum(due), 0)::bigint FROM open) AS due,
     (SELECT coalesce(sum(planned), 0)::bigint FROM open) AS planned,

@@ -23,6 +23,6 @@ def test_fragments_are_pasted_whole_and_are_not_queries() -> None:
     for name in [*across, "ui_open_counts"]:
         q = QUERIES[name]
         assert q.count("claimable_types(type) AS (") == 1, name
-        assert "WITH RECURSIVE claimable_types(type) AS (" in q, name
+        assert "WITH RECURSIVE claimable_type_walk(type) AS (" in q, name
     assert not [n for n, q in QUERIES.items() if "{{" in q or "-- fragment" in q]
     assert "claimable_types" not in QUERIES
