@@ -7,9 +7,10 @@ several planners split it with SKIP LOCKED. Inserting is idempotent (unique job+
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,8 +76,7 @@ class Planner(Loop):
         # Whether this host runs nothing now (Executor: nothing in flight). Lanes beyond the
         # first plan only then: a wave's full speed costs CPU that this host's starts need.
         self.idle = idle or (lambda: True)
-        # One lane writes at a time: the others pick and compute meanwhile, so a wave adds
-        # no second insert to the database's load (claims wait behind it; bench lateness).
+        # While this host runs something, one lane writes at a time (_write_turn).
         self._writing = asyncio.Lock()
         self.on_planned = on_planned
         # Jobs this host could not plan, by id, until one of its passes plans them again.
@@ -144,7 +144,7 @@ class Planner(Loop):
             if db_now is None:
                 return PlanPass(), False
             inserted = await plan_jobs(
-                tx, jobs, db_now, self.limits, failures, self._pause, self._writing
+                tx, jobs, db_now, self.limits, failures, self._pause, self._write_turn()
             )
             if inserted:
                 await tx.notify_wake()
@@ -168,6 +168,18 @@ class Planner(Loop):
         log_event(self.log, "planned", jobs=len(jobs), runs=inserted, seconds=round(elapsed, 4))
         done = PlanPass(jobs=len(jobs) - len(failures), runs=inserted, failed=len(failures))
         return done, len(jobs) == self.batch
+
+    @contextlib.asynccontextmanager
+    async def _write_turn(self) -> AsyncIterator[None]:
+        """Around a batch's writes. While this host runs something, lanes write one at a
+        time and the others compute meanwhile: a second insert would delay this host's
+        claims and starts (bench lateness, during a planning wave). An idle host's lanes
+        write together, one PostgreSQL backend each (bench planner: first planning)."""
+        if self.idle():
+            yield
+            return
+        async with self._writing:
+            yield
 
     async def _pause(self) -> None:
         """Between planning steps: one loop turn, or longer while a start is near."""

@@ -107,8 +107,10 @@ class Store(History):
         """Insert what is not planned yet; returns how many were inserted."""
         if not p.at:
             return 0
-        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.at, p.missed)
-        return cast(int, await self._fetchval("insert_planned_runs", *args))
+        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.at)
+        if p.missed_total:
+            return cast(int, await self._fetchval("insert_planned_runs_missed", *args, p.missed))
+        return _rowcount(await self._execute("insert_planned_runs", *args))
 
     async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:
@@ -318,6 +320,7 @@ class PlannedRuns:
     run_jobs: list[int] = field(default_factory=list)
     at: list[datetime] = field(default_factory=list)
     missed: list[bool] = field(default_factory=list)
+    missed_total: int = 0
 
     def add(self, job_id: int, type_: str, exclusive: bool, max_attempts: int,
             times: Sequence[datetime], missed: int = 0) -> None:  # fmt: skip
@@ -329,6 +332,7 @@ class PlannedRuns:
         self.run_jobs += [job_id] * len(times)
         self.at += times
         self.missed += [True] * missed + [False] * (len(times) - missed)
+        self.missed_total += missed
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,6 +304,23 @@ async def test_planned_runs_of_an_id_that_is_no_job_are_not_inserted(store: Stor
     assert sorted(await _times(store, row.id))[-3:] == at
 
 
+async def test_a_batch_records_the_missed_runs_of_any_of_its_jobs(store: Store) -> None:
+    """Missed fire times take the other insert (it records them skipped), whichever job of
+    the batch has them: here only the second."""
+    first = await jobs.create_job(store, job("first", cron="0 * * * *"), LIMITS)
+    second = await jobs.create_job(store, job("second", cron="0 * * * *"), LIMITS)
+    start = await store.now() + timedelta(days=3)
+    at = [start + timedelta(hours=h) for h in range(3)]
+    p = PlannedRuns()
+    p.add(first.id, "echo", False, 3, at)
+    p.add(second.id, "echo", False, 3, at, missed=2)
+    assert await store.insert_planned_runs(p) == 6
+    assert sorted(await _times(store, second.id, "skipped")) == at[:2]
+    assert at[2] in await _times(store, second.id, "scheduled")
+    assert set(at) <= set(await _times(store, first.id, "scheduled"))
+    assert await store.insert_planned_runs(p) == 0  # planned twice: nothing new
+
+
 async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> int:
     """A job whose supervisors were all down for `hours`: planned from then, claimed now."""
     row = await store.insert_job(
