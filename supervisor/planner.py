@@ -76,8 +76,9 @@ class Planner(Loop):
         # Whether this host runs nothing now (Executor: nothing in flight). Lanes beyond the
         # first plan only then: a wave's full speed costs CPU that this host's starts need.
         self.idle = idle or (lambda: True)
-        # While this host runs something, one lane writes at a time (_write_turn).
-        self._writing = asyncio.Lock()
+        # Batches writing now, and their turns while this host runs something (_write_turn).
+        self._writers = 0
+        self._turns = asyncio.Condition()
         self.on_planned = on_planned
         # Jobs this host could not plan, by id, until one of its passes plans them again.
         self.unplannable: dict[int, PlanFailure] = {}
@@ -99,8 +100,8 @@ class Planner(Loop):
 
         After a full first batch (a planning wave: first planning, a mass resume) `lanes`
         batches run at once, each in its own transaction on its own connection (SKIP LOCKED
-        gives them disjoint jobs), and one at a time writes: a lane computes fire times
-        while PostgreSQL inserts another's runs. A quiet tick stays one short transaction.
+        gives them disjoint jobs); their writes take turns while this host runs something
+        (_write_turn). A quiet tick stays one short transaction.
         """
         total = PlanPass(heartbeat=await self.heartbeat())
         if self.stopping:
@@ -174,12 +175,17 @@ class Planner(Loop):
         """Around a batch's writes. While this host runs something, lanes write one at a
         time and the others compute meanwhile: a second insert would delay this host's
         claims and starts (bench lateness, during a planning wave). An idle host's lanes
-        write together, one PostgreSQL backend each (bench planner: first planning)."""
-        if self.idle():
+        write together, one PostgreSQL backend each (bench planner: first planning). A write
+        started while idle counts too: once the host is busy, the next waits for it."""
+        async with self._turns:
+            await self._turns.wait_for(lambda: self._writers == 0 or self.idle())
+            self._writers += 1
+        try:
             yield
-            return
-        async with self._writing:
-            yield
+        finally:
+            async with self._turns:
+                self._writers -= 1
+                self._turns.notify_all()
 
     async def _pause(self) -> None:
         """Between planning steps: one loop turn, or longer while a start is near."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Self
 
@@ -183,6 +183,56 @@ async def test_a_busy_host_plans_a_wave_in_one_lane(dsn: str, store: Store) -> N
     finally:
         await pool.close()
     assert _Overlap.most == 1
+    assert await store.count_jobs_behind() == 0
+
+
+class _Writes(Store):
+    """A store that counts the planning inserts under way: the most at once. An insert
+    waits (up to a deadline) for another to start beside it, and `on_insert` runs first."""
+
+    now_writing = 0
+    most = 0
+    on_insert: Callable[[], None] = staticmethod(lambda: None)
+    other_started = asyncio.Event()
+
+    async def insert_planned_runs(self, p: PlannedRuns) -> int:
+        _Writes.on_insert()
+        _Writes.now_writing += 1
+        _Writes.most = max(_Writes.most, _Writes.now_writing)
+        if _Writes.now_writing > 1:
+            _Writes.other_started.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_Writes.other_started.wait(), 1.0)
+            return await super().insert_planned_runs(p)
+        finally:
+            _Writes.now_writing -= 1
+
+
+@pytest.mark.parametrize("busy_after_first_write", [False, True], ids=["idle", "turns-busy"])
+async def test_planning_lanes_write_together_only_while_the_host_is_idle(
+    dsn: str, store: Store, busy_after_first_write: bool
+) -> None:
+    """An idle host's two lanes insert at once; once it runs something (a claim arrives
+    during a lane's insert), no insert starts beside one under way, not even beside one
+    begun while the host was idle."""
+    for i in range(60):
+        await store.insert_job(job(f"t{i}", cron="*/5 * * * *"))
+    idle, writes = [True], [0]
+
+    def first_write() -> None:  # the wave's first batch writes alone; then the lanes
+        writes[0] += 1
+        if busy_after_first_write and writes[0] == 2:
+            idle[0] = False
+
+    _Writes.most, _Writes.on_insert, _Writes.other_started = 0, first_write, asyncio.Event()
+    pool = await create_pool(dsn, min_size=2, max_size=2)
+    try:
+        planner = Planner(_Writes(pool), LIMITS, batch=10, lanes=2, idle=lambda: idle[0])
+        assert (await planner.run_once()).jobs == 60
+    finally:
+        await pool.close()
+    assert _Writes.most == (1 if busy_after_first_write else 2)
     assert await store.count_jobs_behind() == 0
 
 
