@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from supervisor.core.db import Record
 from supervisor.core.domain import Job, JobSpec
+from supervisor.core.errors import UniqueConflict
 from supervisor.core.history import History, OpenRange, TimeRange
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import CatchUp, Claim, Reaped
@@ -105,12 +106,19 @@ class Store(History):
 
     async def insert_planned_runs(self, p: PlannedRuns) -> int:
         """Insert what is not planned yet; returns how many were inserted."""
-        if not p.at:
+        if not p.run_at:
             return 0
-        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.at)
-        if p.missed_total:
-            return cast(int, await self._fetchval("insert_planned_runs_missed", *args, p.missed))
-        return _rowcount(await self._execute("insert_planned_runs", *args))
+        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.run_at,
+                list(p.instants))  # fmt: skip
+        if not p.missed_total:
+            try:
+                async with self.transaction() as sp:  # a savepoint inside a transaction
+                    return _rowcount(await sp._execute("insert_planned_runs", *args, None))
+            except UniqueConflict as exc:  # a fire time exists already (queries.sql)
+                if exc.constraint != "runs_job_scheduled_at":
+                    raise
+        missed = p.missed if p.missed_total else None
+        return cast(int, await self._fetchval("insert_planned_runs_idempotent", *args, missed))
 
     async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:
@@ -311,14 +319,17 @@ class Store(History):
 class PlannedRuns:
     """Runs to insert, column-wise: per job its type, exclusivity and attempts; per run its
     job, instant and whether it is already missed (older than the catch-up window).
-    A plan of 100 jobs is some 2,000 runs: three arrays to encode instead of seven."""
+    A plan of 500 jobs is some 11,000 runs but far fewer distinct instants (jobs share fire
+    times: every minute, every hour), so each instant is sent once and a run names it by
+    position: encoding a timestamptz costs asyncpg about 1.5 us more than an int4."""
 
     job_ids: list[int] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     exclusive: list[bool] = field(default_factory=list)
     max_attempts: list[int] = field(default_factory=list)
     run_jobs: list[int] = field(default_factory=list)
-    at: list[datetime] = field(default_factory=list)
+    run_at: list[int] = field(default_factory=list)  # 1-based positions in `instants`
+    instants: dict[datetime, int] = field(default_factory=dict)  # instant -> its position
     missed: list[bool] = field(default_factory=list)
     missed_total: int = 0
 
@@ -330,7 +341,8 @@ class PlannedRuns:
         self.exclusive.append(exclusive)
         self.max_attempts.append(max_attempts)
         self.run_jobs += [job_id] * len(times)
-        self.at += times
+        ix = self.instants
+        self.run_at += [ix.setdefault(t, len(ix) + 1) for t in times]
         self.missed += [True] * missed + [False] * (len(times) - missed)
         self.missed_total += missed
 

@@ -154,12 +154,12 @@ async def test_a_planned_batch_checks_each_job_once_not_each_run(
     ids = [r["id"] for r in await sql_rows(store, "SELECT id FROM jobs ORDER BY id")]
     start = await store.now() + timedelta(days=3)
     times = [start + timedelta(minutes=m) for m in range(50)]
-    args: tuple[Any, ...] = (
-        ids, ["t", "t"], [False, False], [3, 3], [ids[0]] * 50 + [ids[1]] * 50, times + times,
+    positions = list(range(1, 51))
+    args = (
+        ids, ["t", "t"], [False, False], [3, 3], [ids[0]] * 50 + [ids[1]] * 50,
+        positions + positions, times, [True] + [False] * 99 if missed else None,
     )  # fmt: skip
-    name = "insert_planned_runs_missed" if missed else "insert_planned_runs"
-    if missed:
-        args += ([True] + [False] * 99,)
+    name = "insert_planned_runs_idempotent" if missed else "insert_planned_runs"
     nodes = await _explain(dsn, [(name, args)])
     probes = [n for n in nodes if n.get("Relation Name") == "jobs" and n.get("Index Name")]
     [insert] = [n for n in nodes if n.get("Operation") == "Insert" and n["Relation Name"] == "runs"]

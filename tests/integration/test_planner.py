@@ -95,7 +95,7 @@ async def test_eight_planners_plan_500_jobs_exactly_once(dsn: str, store: Store)
 
 
 class _Overlap(Store):
-    """A store that counts its open transactions: the most that were open at once."""
+    """A store that counts its open transactions (not savepoints): the most at once."""
 
     now_open = 0
     most = 0
@@ -103,6 +103,9 @@ class _Overlap(Store):
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Self]:
         async with super().transaction() as tx:
+            if not isinstance(self._ex, asyncpg.Pool):  # a savepoint
+                yield tx
+                return
             _Overlap.now_open += 1
             _Overlap.most = max(_Overlap.most, _Overlap.now_open)
             try:
@@ -369,6 +372,31 @@ async def test_a_batch_records_the_missed_runs_of_any_of_its_jobs(store: Store) 
     assert at[2] in await _times(store, second.id, "scheduled")
     assert set(at) <= set(await _times(store, first.id, "scheduled"))
     assert await store.insert_planned_runs(p) == 0  # planned twice: nothing new
+
+
+async def test_a_fire_time_that_exists_already_is_skipped_inside_the_transaction(
+    store: Store,
+) -> None:
+    """The fast insert has no ON CONFLICT: a run at one of the plan's instants (here a
+    manual run) fails it, and the store plans the rest idempotently in the same
+    transaction (a savepoint), which then goes on and commits."""
+    row = await jobs.create_job(store, job("clash", cron="0 * * * *"), LIMITS)
+    start = await store.now() + timedelta(days=3)
+    at = [start + timedelta(hours=h) for h in range(4)]
+    await sql(
+        store,
+        "INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, max_attempts)"
+        " VALUES ($1, $2, $2, 'manual', 'echo', 3)",
+        row.id,
+        at[1],
+    )
+    p = PlannedRuns()
+    p.add(row.id, "echo", False, 3, at)
+    async with store.transaction() as tx:
+        assert await tx.insert_planned_runs(p) == 3
+        await tx.set_plan_marks([(row.id, at[-1], at[-1])])
+    assert sorted(t for t in await _times(store, row.id) if t >= start) == at
+    assert await sql_value(store, "SELECT planned_until FROM jobs WHERE id = $1", row.id) == at[-1]
 
 
 async def _downtime(store: Store, name: str, catchup: str, hours: float = 3) -> int:
