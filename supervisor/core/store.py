@@ -105,20 +105,25 @@ class Store(History):
         return [Job.from_row(r) for r in rows], rows[0]["db_now"] if rows else None
 
     async def insert_planned_runs(self, p: PlannedRuns) -> int:
-        """Insert what is not planned yet; returns how many were inserted."""
+        """Insert what is not planned yet; returns how many were inserted. A plan with no
+        missed run tries the fast insert first, in a savepoint (queries.sql)."""
         if not p.run_at:
             return 0
-        args = (p.job_ids, p.types, p.exclusive, p.max_attempts, p.run_jobs, p.run_at,
-                list(p.instants))  # fmt: skip
         if not p.missed_total:
             try:
-                async with self.transaction() as sp:  # a savepoint inside a transaction
-                    return _rowcount(await sp._execute("insert_planned_runs", *args, None))
-            except UniqueConflict as exc:  # a fire time exists already (queries.sql)
+                async with self.transaction() as sp:
+                    return _rowcount(await sp._execute("insert_planned_runs", *p.columns()))
+            except UniqueConflict as exc:  # a fire time exists already
                 if exc.constraint != "runs_job_scheduled_at":
                     raise
-        missed = p.missed if p.missed_total else None
-        return cast(int, await self._fetchval("insert_planned_runs_idempotent", *args, missed))
+        return await self.insert_planned_runs_idempotent(p)
+
+    async def insert_planned_runs_idempotent(self, p: PlannedRuns) -> int:
+        """Insert what is not planned yet, the missed runs recorded skipped (with their
+        run_missed events); returns how many were inserted."""
+        if not p.run_at:
+            return 0
+        return cast(int, await self._fetchval("insert_planned_runs_idempotent", *p.columns()))
 
     async def set_plan_marks(self, marks: Sequence[tuple[int, datetime | None, datetime]]) -> None:
         if marks:
@@ -345,6 +350,12 @@ class PlannedRuns:
         self.run_at += [ix.setdefault(t, len(ix) + 1) for t in times]
         self.missed += [True] * missed + [False] * (len(times) - missed)
         self.missed_total += missed
+
+    def columns(self) -> tuple[Any, ...]:
+        """The arguments of the planning inserts ($8 NULL when no run is missed)."""
+        missed = self.missed if self.missed_total else None
+        return (self.job_ids, self.types, self.exclusive, self.max_attempts, self.run_jobs,
+                self.run_at, list(self.instants), missed)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
