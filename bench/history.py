@@ -92,6 +92,10 @@ async def run(ctx: Context) -> ScenarioResult:
             baseline=empty, note="baseline: the same drain in an empty database")  # fmt: skip
     healthz = summary(lat.pop("baseline: GET /healthz"))
     lat.pop("POST /v1/jobs", None)
+    scrape = summary(lat.pop(api.SCRAPE))
+    res.add(f"{api.SCRAPE} (database gauges) at {n_runs:,}: p99", scrape["p99"], "ms",
+            target=f"<= {api.SCRAPE_P99_TARGET_MS:g} ms",
+            ok=scrape["p99"] <= api.SCRAPE_P99_TARGET_MS, baseline=healthz["p99"])  # fmt: skip
     for name, values in lat.items():
         s = summary(values)
         res.add(f"GET /v1/runs {name} at {n_runs:,}: p99", s["p99"], "ms",

@@ -19,6 +19,8 @@ from supervisor.core.migrator import pending_migrations
 from supervisor.core.store import Store
 
 FAILING_FOR = 3600.0  # a channel with no delivery this long while its events wait: a warning
+# Runs of a status are counted per scrape below this many (by the statistics), estimated above.
+EXACT_BELOW = 50_000
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:
@@ -70,11 +72,14 @@ async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str,
     return True, {"status": "ready", **warn}
 
 
-async def database_snapshot(store: Store, max_jobs: int = 1000) -> DatabaseSnapshot:
-    row = await store.database_gauges()
+async def database_snapshot(
+    store: Store, max_jobs: int = 1000, exact_below: int = EXACT_BELOW
+) -> DatabaseSnapshot:
+    row = await store.database_gauges(exact_below)
     ages = await store.last_success_ages(max_jobs)
     return DatabaseSnapshot(
         runs_by_status=dict(row["runs_by_status"]),
+        runs_estimated=frozenset(row["runs_estimated"]),
         due_waiting=row["due_waiting"],
         oldest_due_age=row["oldest_due_age"],
         live_workers=row["live_workers"],

@@ -36,6 +36,7 @@ class DatabaseSnapshot:
     """Database-wide values, refreshed by the API right before each scrape."""
 
     runs_by_status: dict[str, int] = field(default_factory=dict)
+    runs_estimated: frozenset[str] = frozenset()  # statuses whose count is the planner's estimate
     due_waiting: int = 0
     oldest_due_age: float = 0.0
     live_workers: int = 0
@@ -142,7 +143,7 @@ class Metrics:
         s = lambda: self.snapshot  # noqa: E731 - the snapshot object is replaced per scrape
         self.gauge(
             "punchclock_runs",
-            "Runs by status",
+            "Runs by status (counted below 50,000 per status, PostgreSQL's estimate above)",
             lambda: [(n, {"status": k}) for k, n in s().runs_by_status.items()],
         )
         self.gauge(

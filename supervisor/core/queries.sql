@@ -822,17 +822,45 @@ LIMIT $2::int;
 
 -- name: database_gauges
 -- One round trip for the API's database-wide gauges. Due runs are counted per type
--- (claimable_types).
+-- (claimable_types). Runs per status: counted where the statistics put a status below $1
+-- rows, else estimated as the planner does (a status's frequency in pg_stats times the
+-- table's rows scaled to its current size), as counting ten million finished runs would cost
+-- seconds a scrape. No statistics yet (never analyzed): counted.
 WITH RECURSIVE {{claimable_types}}, due AS (
     SELECT d.n, d.oldest FROM claimable_types t CROSS JOIN LATERAL (
         SELECT count(*) AS n, min(r.run_after) AS oldest
         FROM runs r JOIN jobs j ON j.id = r.job_id
         WHERE r.type = t.type AND r.status IN ('scheduled', 'failed') AND r.run_after <= now()
           AND NOT j.paused AND j.deleted_at IS NULL) d
+), status_stats AS (
+    SELECT c.reltuples / c.relpages
+               * (pg_relation_size(c.oid) / current_setting('block_size')::float8) AS total,
+           s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs,
+           s.null_frac, s.n_distinct
+    FROM pg_class c
+    JOIN pg_namespace ns ON ns.oid = c.relnamespace
+    JOIN pg_stats s ON s.schemaname = ns.nspname AND s.tablename = c.relname
+                   AND s.attname = 'status'
+    WHERE c.oid = 'runs'::regclass AND c.reltuples > 0 AND c.relpages > 0
+), status_guess AS (
+    -- A status in the most-common list: its frequency; else an equal share of the rest.
+    SELECT e.status, (
+        SELECT st.total * coalesce(
+            st.freqs[array_position(st.vals, e.status::text)],
+            greatest(1 - st.null_frac - coalesce((SELECT sum(f) FROM unnest(st.freqs) f), 0), 0)
+                / greatest(CASE WHEN st.n_distinct < 0 THEN -st.n_distinct * st.total
+                                ELSE st.n_distinct END - coalesce(cardinality(st.vals), 0), 1))
+        FROM status_stats st) AS guess
+    FROM unnest(enum_range(NULL::run_status)) AS e(status)
 )
 SELECT
-    (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
-       FROM (SELECT status::text, count(*) AS n FROM runs GROUP BY status) s) AS runs_by_status,
+    (SELECT jsonb_object_agg(g.status::text,
+                CASE WHEN g.guess IS NULL OR g.guess < $1::float8
+                     THEN (SELECT count(*) FROM runs r WHERE r.status = g.status)
+                     ELSE round(g.guess)::bigint END)
+       FROM status_guess g) AS runs_by_status,
+    (SELECT coalesce(jsonb_agg(g.status::text ORDER BY g.status), '[]'::jsonb)
+       FROM status_guess g WHERE g.guess >= $1::float8) AS runs_estimated,
     (SELECT coalesce(sum(n), 0)::bigint FROM due) AS due_waiting,
     (SELECT coalesce(EXTRACT(EPOCH FROM (now() - min(oldest))), 0)::float8 FROM due)
         AS oldest_due_age,

@@ -244,8 +244,9 @@ class Store(History):
     async def late_runs(self, older_than: float, limit: int) -> list[Record]:
         return await self._fetch("late_runs", older_than, limit)
 
-    async def database_gauges(self) -> Record:
-        row = await self._fetchrow("database_gauges")
+    async def database_gauges(self, exact_below: int) -> Record:
+        """The API's database-wide gauges; statuses estimated at `exact_below` rows or more."""
+        row = await self._fetchrow("database_gauges", exact_below)
         assert row is not None
         return row
 
