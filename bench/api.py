@@ -212,9 +212,9 @@ def indexes_used(plan: str) -> list[str]:
     return sorted(set(found))
 
 
-# A Prometheus scrape of the API: the database-wide gauges, runs by status among them.
+# A Prometheus scrape of the API: the database-wide gauges (reported, no target: what
+# matters is that it does not grow with the history; the history scenario shows it at 10M).
 SCRAPE = "GET /metrics"
-SCRAPE_P99_TARGET_MS = 50.0
 
 
 def ok(status: int) -> bool:
@@ -279,14 +279,13 @@ async def run(ctx: Context) -> ScenarioResult:
         s = summary(values)
         is_list = name not in ("POST /v1/jobs", SCRAPE)
         label = f"GET /v1/runs {name}" if is_list else name
-        limit = LIST_P99_TARGET_MS if is_list else SCRAPE_P99_TARGET_MS if name == SCRAPE else 0
         res.add(f"{label}: p50", s["p50"], "ms", baseline=healthz["p50"])
         res.add(
             f"{label}: p99",
             s["p99"],
             "ms",
-            target=f"<= {limit:g} ms" if limit else "",
-            ok=s["p99"] <= limit if limit else None,
+            target=f"<= {LIST_P99_TARGET_MS:g} ms" if is_list else "",
+            ok=s["p99"] <= LIST_P99_TARGET_MS if is_list else None,
             baseline=healthz["p99"],
         )
     for name, found in plans.items():

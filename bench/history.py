@@ -2,7 +2,7 @@
 
 In one run: claim throughput (2 supervisors drain N due runs of /bin/true) in an empty
 database and in the 10-million-run one, their ratio; p50/p99 of every `GET /v1/runs` list
-case of bench/api.py on the big history; and retention: the pruner deletes the runs past a
+case of bench/api.py and of a `GET /metrics` scrape on the big history; and retention: the pruner deletes the runs past a
 retention that leaves the oldest ~9 % (about 900,000 runs) past it in its 500-run batches while
 another drain runs beside it, reporting the longest batch (the longest transaction), the
 deletion rate, the drain's ratio to the undisturbed one, and whether `runs` kept its file
@@ -93,9 +93,9 @@ async def run(ctx: Context) -> ScenarioResult:
     healthz = summary(lat.pop("baseline: GET /healthz"))
     lat.pop("POST /v1/jobs", None)
     scrape = summary(lat.pop(api.SCRAPE))
-    res.add(f"{api.SCRAPE} (database gauges) at {n_runs:,}: p99", scrape["p99"], "ms",
-            target=f"<= {api.SCRAPE_P99_TARGET_MS:g} ms",
-            ok=scrape["p99"] <= api.SCRAPE_P99_TARGET_MS, baseline=healthz["p99"])  # fmt: skip
+    for p in ("p50", "p99"):
+        res.add(f"{api.SCRAPE} (database gauges) at {n_runs:,}: {p}", scrape[p], "ms",
+                baseline=healthz[p])  # fmt: skip
     for name, values in lat.items():
         s = summary(values)
         res.add(f"GET /v1/runs {name} at {n_runs:,}: p99", s["p99"], "ms",
