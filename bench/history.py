@@ -2,11 +2,11 @@
 
 In one run: claim throughput (2 supervisors drain N due runs of /bin/true) in an empty
 database and in the 10-million-run one, their ratio; p50/p99 of every `GET /v1/runs` list
-case of bench/api.py and of a `GET /metrics` scrape on the big history; and retention: the pruner deletes the runs past a
-retention that leaves the oldest ~9 % (about 900,000 runs) past it in its 500-run batches while
-another drain runs beside it, reporting the longest batch (the longest transaction), the
-deletion rate, the drain's ratio to the undisturbed one, and whether `runs` kept its file
-(no rewrite).
+case of bench/api.py and of a `GET /metrics` scrape on the big history; and retention: the
+pruner deletes the runs past a retention that leaves the oldest ~9 % (about 900,000 runs)
+past it in its 500-run batches while another drain runs beside it, reporting the longest
+batch (the longest transaction), the deletion rate, the drain's ratio to the undisturbed
+one, and whether `runs` kept its file (no rewrite).
 """
 
 from __future__ import annotations
