@@ -14,13 +14,11 @@ import asyncpg
 from supervisor.core.channels import Notifications
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import SchemaMismatch
-from supervisor.core.metrics import DatabaseSnapshot
+from supervisor.core.metrics import EXACT_BELOW, DatabaseSnapshot
 from supervisor.core.migrator import pending_migrations
 from supervisor.core.store import Store
 
 FAILING_FOR = 3600.0  # a channel with no delivery this long while its events wait: a warning
-# Runs of a status are counted per scrape below this many (by the statistics), estimated above.
-EXACT_BELOW = 50_000
 
 
 async def readiness(pool: asyncpg.Pool, max_lag: float) -> tuple[bool, dict[str, Any]]:

@@ -31,6 +31,10 @@ FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+# Runs of a status are counted per scrape below this many (by the statistics), estimated above.
+EXACT_BELOW = 50_000
+
+
 @dataclass
 class DatabaseSnapshot:
     """Database-wide values, refreshed by the API right before each scrape."""
@@ -143,7 +147,8 @@ class Metrics:
         s = lambda: self.snapshot  # noqa: E731 - the snapshot object is replaced per scrape
         self.gauge(
             "punchclock_runs",
-            "Runs by status (counted below 50,000 per status, PostgreSQL's estimate above)",
+            f"Runs by status (counted below {EXACT_BELOW:,} per status, PostgreSQL's estimate"
+            " above)",
             lambda: [(n, {"status": k}) for k, n in s().runs_by_status.items()],
         )
         self.gauge(

@@ -852,15 +852,16 @@ WITH RECURSIVE {{claimable_types}}, due AS (
                                 ELSE st.n_distinct END - coalesce(cardinality(st.vals), 0), 1))
         FROM status_stats st) AS guess
     FROM unnest(enum_range(NULL::run_status)) AS e(status)
+), status_counts AS (
+    SELECT g.status, g.estimated,
+           CASE WHEN g.estimated THEN round(g.guess)::bigint
+                ELSE (SELECT count(*) FROM runs r WHERE r.status = g.status) END AS n
+    FROM (SELECT *, coalesce(guess >= $1::float8, false) AS estimated FROM status_guess) g
 )
 SELECT
-    (SELECT jsonb_object_agg(g.status::text,
-                CASE WHEN g.guess IS NULL OR g.guess < $1::float8
-                     THEN (SELECT count(*) FROM runs r WHERE r.status = g.status)
-                     ELSE round(g.guess)::bigint END)
-       FROM status_guess g) AS runs_by_status,
-    (SELECT coalesce(jsonb_agg(g.status::text ORDER BY g.status), '[]'::jsonb)
-       FROM status_guess g WHERE g.guess >= $1::float8) AS runs_estimated,
+    (SELECT jsonb_object_agg(c.status::text, c.n) FROM status_counts c) AS runs_by_status,
+    (SELECT coalesce(jsonb_agg(c.status::text ORDER BY c.status), '[]'::jsonb)
+       FROM status_counts c WHERE c.estimated) AS runs_estimated,
     (SELECT coalesce(sum(n), 0)::bigint FROM due) AS due_waiting,
     (SELECT coalesce(EXTRACT(EPOCH FROM (now() - min(oldest))), 0)::float8 FROM due)
         AS oldest_due_age,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from supervisor.core import channels, jobs
 from supervisor.core.dashboard import Dashboard
 from supervisor.core.events import ChannelSpec, NotifyRule
+from supervisor.core.metrics import EXACT_BELOW
 from supervisor.core.store import Store
 
 from ..factory import LIMITS, raw, sql_rows, sql_value
@@ -118,7 +119,7 @@ async def test_catch_up_pages_reach_every_missed_run_of_every_type_once(store: S
 async def test_due_gauges_and_overview_counts_add_up_across_types(store: Store) -> None:
     ids = await _interleaved(store)
     await raw(store).execute("UPDATE jobs SET paused = true WHERE id = $1", ids[1])
-    gauges = await store.database_gauges(50_000)
+    gauges = await store.database_gauges(EXACT_BELOW)
     assert gauges["due_waiting"] == 75  # the paused job's 25 are not waiting
     oldest = await sql_value(
         store,
@@ -137,7 +138,7 @@ async def test_due_gauges_and_overview_counts_add_up_across_types(store: Store) 
 
 async def test_nothing_claimable_reads_as_zero(store: Store) -> None:
     assert await store.late_runs(0.0, 10) == []
-    gauges = await store.database_gauges(50_000)
+    gauges = await store.database_gauges(EXACT_BELOW)
     assert (gauges["due_waiting"], gauges["oldest_due_age"]) == (0, 0.0)
     counts = await Dashboard.over(store).ui_open_counts()
     assert (counts.due, counts.planned) == (0, 0)

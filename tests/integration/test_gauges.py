@@ -14,7 +14,8 @@ STATUSES = {"scheduled", "running", "succeeded", "failed", "dead", "cancelled", 
 
 
 async def _finished(store: Store, status: str, n: int, start: int = 0) -> None:
-    """`n` finished runs of `status`, one job each hour apart (so they never collide)."""
+    """`n` finished runs of `status` of one job, an hour apart from `start` hours back (so
+    they never collide)."""
     job_id = await sql_value(store, "SELECT id FROM jobs WHERE name = 'history'")
     if job_id is None:
         job_id = (await store.insert_job(job("history", "t", cron="0 0 1 1 *"))).id
