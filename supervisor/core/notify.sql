@@ -1,6 +1,6 @@
 -- Notifications: channels, job subscriptions and the outbox (DESIGN.md, Notifications).
 -- The statements that raise events are in queries.sql beside the state changes they follow
--- (complete_runs, reap_expired, skip_missed_runs, insert_planned_runs).
+-- (complete_runs, reap_expired, skip_missed_runs, insert_planned_runs_idempotent).
 
 -- ---------------------------------------------------------------- channels
 

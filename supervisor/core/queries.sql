@@ -117,27 +117,17 @@ j AS MATERIALIZED (
 unnest($5::bigint[], $6::int[], $8::bool[]) AS u(job_id, i, missed)
 CROSS JOIN LATERAL (SELECT u.job_id, ($7::timestamptz[])[u.i] AS at, u.missed) AS r
 
--- name: insert_planned_runs
--- A plan's fresh fire times (no missed one: every plan but a catch-up's), a plain INSERT:
--- no ON CONFLICT (its check and confirmation were about 15 % of PostgreSQL's CPU per
--- planned run) and no row returned (the command tag gives the count; about 6 %). A fire
--- time that exists already (a manual run at that very instant, a mark moved back by a
--- schedule change) raises a unique violation: the store then rolls back to its savepoint
--- and plans with insert_planned_runs_idempotent.
-WITH {{planned_jobs}}
-INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts)
-SELECT r.job_id, r.at, r.at, j.type, j.excl, j.max_att
-FROM {{planned_runs}}
-JOIN j ON j.job_id = r.job_id
--- In time order, not job by job: consecutive rows land on the same leaf pages of the
--- time-ordered indexes (runs_claimable_by_type, runs_status_history), and runs due
--- together share heap pages. About 10 % of PostgreSQL's CPU at 100,000 jobs.
-ORDER BY r.at;
+-- name: count_missing_jobs
+-- How many of a plan's job ids ($1) are no job: runs have no foreign key to jobs (migration
+-- 0013), so the copy of a plan's runs (store.insert_planned_runs) checks its jobs first.
+SELECT count(*) FROM unnest($1::bigint[]) AS x(id)
+WHERE NOT EXISTS (SELECT FROM jobs j WHERE j.id = x.id);
 
 -- name: insert_planned_runs_idempotent
--- As insert_planned_runs, skipping fire times that exist already, and recording those
--- that $8 marks missed as skipped. Returns how many were inserted. A fire time recorded
--- skipped (missed) raises run_missed for its subscribers (as in complete_runs).
+-- A plan's runs, skipping fire times that exist already, and recording those that $8 marks
+-- missed as skipped. Returns how many were inserted. A fire time recorded skipped (missed)
+-- raises run_missed for its subscribers (as in complete_runs). A plan of fresh fire times
+-- only is copied in instead (store.insert_planned_runs); this is its fallback.
 WITH {{planned_jobs}}, ins AS (
     INSERT INTO runs (job_id, scheduled_at, run_after, type, exclusive, max_attempts, status,
                       skip_reason, finished_at)
@@ -146,7 +136,9 @@ WITH {{planned_jobs}}, ins AS (
            CASE WHEN r.missed THEN 'missed' END, CASE WHEN r.missed THEN now() END
     FROM {{planned_runs}}
     JOIN j ON j.job_id = r.job_id
-    ORDER BY r.at  -- as insert_planned_runs
+    -- In time order, not job by job: consecutive rows land on the same leaf pages of the
+    -- time-ordered indexes, and runs due together share heap pages.
+    ORDER BY r.at
     ON CONFLICT (job_id, scheduled_at) DO NOTHING
     RETURNING id, job_id, scheduled_at, status, skip_reason
 ), events AS (

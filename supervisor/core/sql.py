@@ -5,7 +5,7 @@ code that names them)."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any, Self
@@ -126,3 +126,14 @@ class Queries:
     async def _execute(self, name: str, *args: Any) -> str:
         async with self._translated:
             return await self._ex.execute(QUERIES[name], *args)
+
+    async def _copy_in(self, table: str, columns: Sequence[str], data: bytes) -> str:
+        """COPY `data` (binary format) into `table`; the command tag ("COPY n")."""
+
+        async def source() -> AsyncIterator[bytes]:
+            yield data
+
+        async with self._translated:
+            return await self._ex.copy_to_table(
+                table, source=source(), columns=list(columns), format="binary"
+            )

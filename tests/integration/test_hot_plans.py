@@ -146,9 +146,9 @@ async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty
 async def test_a_planned_batch_checks_each_job_once_not_each_run(
     dsn: str, store: Store, missed: bool
 ) -> None:
-    """Runs have no foreign key to jobs (migration 0013): both planning inserts check that
-    their jobs exist, one jobs_pkey probe per job. Inlined, the generic plan probed once
-    per run."""
+    """Runs have no foreign key to jobs (migration 0013): the planning insert checks that
+    its jobs exist, one jobs_pkey probe per job, with missed runs or without (the copy's
+    fallback). Inlined, the generic plan probed once per run."""
     await sql(store, "INSERT INTO jobs (name, type, cron) VALUES ('a', 't', '* * * * *'), "
                      "('b', 't', '* * * * *')")  # fmt: skip
     ids = [r["id"] for r in await sql_rows(store, "SELECT id FROM jobs ORDER BY id")]
@@ -159,8 +159,7 @@ async def test_a_planned_batch_checks_each_job_once_not_each_run(
         ids, ["t", "t"], [False, False], [3, 3], [ids[0]] * 50 + [ids[1]] * 50,
         positions + positions, times, [True] + [False] * 99 if missed else None,
     )  # fmt: skip
-    name = "insert_planned_runs_idempotent" if missed else "insert_planned_runs"
-    nodes = await _explain(dsn, [(name, args)])
+    nodes = await _explain(dsn, [("insert_planned_runs_idempotent", args)])
     probes = [n for n in nodes if n.get("Relation Name") == "jobs" and n.get("Index Name")]
     [insert] = [n for n in nodes if n.get("Operation") == "Insert" and n["Relation Name"] == "runs"]
     [source] = [n for n in insert["Plans"] if n["Parent Relationship"] == "Outer"]

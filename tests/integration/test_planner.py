@@ -357,6 +357,69 @@ async def test_planned_runs_of_an_id_that_is_no_job_are_not_inserted(store: Stor
     assert sorted(await _times(store, row.id))[-3:] == at
 
 
+_RUN_COLUMNS = (
+    "job_id, scheduled_at, run_after, type, exclusive, max_attempts, status, trigger,"
+    " attempts, lease_token, payload, finished_at, skip_reason"
+)
+
+
+async def test_copied_runs_are_the_rows_the_sql_insert_writes_in_time_order(
+    store: Store,
+) -> None:
+    """A plan of fresh fire times is copied in (binary COPY); the same plan through the SQL
+    insert gives the same rows, column by column. Jobs differ in type, exclusivity and
+    attempts; instants carry microseconds, lie before PostgreSQL's epoch (2000) and far
+    after it, and several jobs share some. Rows are written in time order: ids follow
+    scheduled_at."""
+    a = await jobs.create_job(store, job("copy-a", cron="0 * * * *"), LIMITS)
+    b = await jobs.create_job(store, job("copy-b", cron="0 * * * *"), LIMITS)
+    base = await store.now() + timedelta(days=3)
+    early = datetime(1999, 12, 31, 23, 59, 59, 999_999, tzinfo=base.tzinfo)
+    late = datetime(2100, 2, 28, 1, 2, 3, 456_789, tzinfo=base.tzinfo)
+    a_times = [early, base + timedelta(microseconds=1), base + timedelta(hours=1), late]
+    b_times = [base + timedelta(microseconds=1), base + timedelta(minutes=30), late]
+
+    def plan() -> PlannedRuns:
+        p = PlannedRuns()
+        p.add(a.id, "copy.type-A", True, 7, a_times)
+        p.add(b.id, "b", False, 1, b_times)
+        return p
+
+    async def rows() -> list[tuple[object, ...]]:
+        got = await sql_rows(
+            store,
+            f"SELECT id, {_RUN_COLUMNS} FROM runs WHERE job_id = ANY($1) AND"
+            " (scheduled_at < now() OR scheduled_at >= $2) ORDER BY id",
+            [a.id, b.id],
+            base,
+        )
+        by_id = [r["scheduled_at"] for r in got]
+        assert by_id == sorted(by_id), "rows not written in time order"
+        return sorted(tuple(r)[1:] for r in got)
+
+    async def forget() -> None:
+        await sql(
+            store,
+            "DELETE FROM runs WHERE job_id = ANY($1) AND (scheduled_at < now()"
+            " OR scheduled_at >= $2)",
+            [a.id, b.id],
+            base,
+        )
+
+    await forget()  # the jobs' own plans (hourly from now) reach past `base`
+    assert await store.insert_planned_runs(plan()) == 7
+    copied = await rows()
+    await forget()
+    assert await store.insert_planned_runs_idempotent(plan()) == 7
+    assert await rows() == copied
+    assert [(r[0], r[1], r[3], r[4], r[5]) for r in copied] == sorted(
+        [(a.id, t, "copy.type-A", True, 7) for t in a_times]
+        + [(b.id, t, "b", False, 1) for t in b_times]
+    )
+    assert {r[2] for r in copied} == set(a_times) | set(b_times)  # run_after = scheduled_at
+    assert {(r[6], r[7], r[8]) for r in copied} == {("scheduled", "schedule", 0)}
+
+
 async def test_a_batch_records_the_missed_runs_of_any_of_its_jobs(store: Store) -> None:
     """Missed fire times take the other insert (it records them skipped), whichever job of
     the batch has them: here only the second."""
