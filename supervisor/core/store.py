@@ -117,7 +117,7 @@ class Store(History):
         """
         if not p.runs:
             return 0
-        if not p.missed_total and not await self._fetchval("count_missing_jobs", p.job_ids):
+        if not p.missed_total and not await self.count_missing_jobs(p.job_ids):
             try:
                 async with self.transaction() as sp:
                     return _rowcount(await sp._copy_in("runs", PLANNED_RUN_COLUMNS, p.copy_data()))
@@ -125,6 +125,10 @@ class Store(History):
                 if exc.constraint != "runs_job_scheduled_at":
                     raise
         return await self.insert_planned_runs_idempotent(p)
+
+    async def count_missing_jobs(self, job_ids: Sequence[int]) -> int:
+        """How many of `job_ids` are no job (runs have no foreign key to jobs)."""
+        return cast(int, await self._fetchval("count_missing_jobs", list(job_ids)))
 
     async def insert_planned_runs_idempotent(self, p: PlannedRuns) -> int:
         """Insert what is not planned yet, the missed runs recorded skipped (with their
