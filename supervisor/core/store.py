@@ -115,7 +115,7 @@ class Store(History):
         violation then rolls back to the savepoint and the plan goes through
         insert_planned_runs_idempotent, as a plan with missed runs or a missing job does.
         """
-        if not p.runs:
+        if not p.by_instant:
             return 0
         if not p.missed_total and not await self.count_missing_jobs(p.job_ids):
             try:
@@ -133,7 +133,7 @@ class Store(History):
     async def insert_planned_runs_idempotent(self, p: PlannedRuns) -> int:
         """Insert what is not planned yet, the missed runs recorded skipped (with their
         run_missed events); returns how many were inserted."""
-        if not p.runs:
+        if not p.by_instant:
             return 0
         return cast(int, await self._fetchval("insert_planned_runs_idempotent", *p.columns()))
 
@@ -359,11 +359,10 @@ class PlannedRuns:
     types: list[str] = field(default_factory=list)
     exclusive: list[bool] = field(default_factory=list)
     max_attempts: list[int] = field(default_factory=list)
-    # Per job, its earliest fire time that is not missed (None: none is missed; INFINITY
-    # and past: all are). Its earlier times are missed: older than the catch-up window.
-    kept_from: list[datetime | None] = field(default_factory=list)
+    # Per job, its latest missed fire time (None: none is missed): it and the job's earlier
+    # times are older than the catch-up window.
+    last_missed: list[datetime | None] = field(default_factory=list)
     by_instant: dict[datetime, list[int]] = field(default_factory=dict)  # -> job indexes
-    runs: int = 0
     missed_total: int = 0
 
     def add(self, job_id: int, type_: str, exclusive: bool, max_attempts: int,
@@ -374,7 +373,7 @@ class PlannedRuns:
         self.types.append(type_)
         self.exclusive.append(exclusive)
         self.max_attempts.append(max_attempts)
-        self.kept_from.append(None if not missed else _kept_from(times, missed))
+        self.last_missed.append(times[missed - 1] if missed else None)
         by_instant = self.by_instant
         for t in times:
             jobs = by_instant.get(t)
@@ -382,7 +381,6 @@ class PlannedRuns:
                 by_instant[t] = [job]
             else:
                 jobs.append(job)
-        self.runs += len(times)
         self.missed_total += missed
 
     def columns(self) -> tuple[Any, ...]:
@@ -391,12 +389,12 @@ class PlannedRuns:
         run_jobs: list[int] = []
         run_at: list[int] = []
         missed: list[bool] = []
-        ids, kept_from = self.job_ids, self.kept_from
+        ids, last_missed = self.job_ids, self.last_missed
         for position, (at, jobs) in enumerate(self.by_instant.items(), 1):
             run_jobs += [ids[j] for j in jobs]
             run_at += [position] * len(jobs)
             if self.missed_total:
-                missed += [(k := kept_from[j]) is not None and at < k for j in jobs]
+                missed += [(m := last_missed[j]) is not None and at <= m for j in jobs]
         return (self.job_ids, self.types, self.exclusive, self.max_attempts, run_jobs,
                 run_at, list(self.by_instant), missed if self.missed_total else None)  # fmt: skip
 
@@ -418,10 +416,6 @@ class PlannedRuns:
             parts += [heads[j] + both + tails[j] for j in self.by_instant[at]]
         parts.append(_COPY_TRAILER)
         return b"".join(parts)
-
-
-def _kept_from(times: Sequence[datetime], missed: int) -> datetime:
-    return times[missed] if missed < len(times) else datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
