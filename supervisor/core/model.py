@@ -24,6 +24,9 @@ TYPE_RULE = "must be 1-100 letters, digits or -_.: and must not start with a dot
 
 # Ids are bigint: the largest a run, job or attempt id can be (a bound for input checks).
 MAX_ID = 2**63 - 1
+# The ends of time as asyncpg sends them ('infinity', '-infinity'): open bounds of a range.
+INFINITY = datetime.max.replace(tzinfo=UTC)
+MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
 
 
 def utc_iso(ts: datetime) -> str:

@@ -11,13 +11,12 @@ import bisect
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from supervisor.core.domain import Job
-from supervisor.core.model import Overlap
+from supervisor.core.model import INFINITY, Overlap
 from supervisor.core.store import PlannedRuns, Store
 
-INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg maps it to 'infinity'
 # Planning a job takes ~0.1 ms of CPU; a batch of 500 would hold the event loop for 50 ms+
 # and delay claims and spawns by as much (bench/: start lateness while 10,000 jobs are
 # planned). Yielding every few jobs keeps the loop responsive.

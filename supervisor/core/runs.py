@@ -8,18 +8,16 @@ this module picks the index-driven list query that fits them and owns the state 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
 from supervisor.core.groups import groups
 from supervisor.core.history import OpenRange, RunKey, TimeRange
-from supervisor.core.model import MAX_ID, RunStatus
+from supervisor.core.model import INFINITY, MAX_ID, MINUS_INFINITY, RunStatus
 from supervisor.core.records import Attempt, Run
 from supervisor.core.store import Store
 
-INFINITY = datetime.max.replace(tzinfo=UTC)  # asyncpg sends 'infinity'
-MINUS_INFINITY = datetime.min.replace(tzinfo=UTC)
 FIRST_PAGE: RunKey = (INFINITY, MAX_ID)  # history; the queries clamp it to (now(), max id)
 FIRST_UPCOMING: RunKey = (MINUS_INFINITY, 0)  # the plan ahead; clamped up to (now(), max id)
 REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
