@@ -486,10 +486,12 @@ WITH t AS (
       AND a.attempt = d.attempts
 ), already AS (
     -- Reads the snapshot from before `done` and `att`: nothing this statement ends is here.
+    -- By key ($1), whichever side a generic plan starts from: one made while run_attempts
+    -- looked empty read every attempt this host ever finished, on every completion.
     SELECT a.run_id AS id, r.run_after FROM t
     JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
     JOIN runs r ON r.id = a.run_id
-    WHERE a.worker_id = $16::text AND a.finished_at IS NOT NULL
+    WHERE a.run_id = ANY($1::bigint[]) AND a.worker_id = $16::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), streak_reset AS (
     -- A batch of successes only (Store.complete_runs picks the statement): the one event it
@@ -556,10 +558,12 @@ WITH t AS (
       AND a.attempt = d.attempts
 ), already AS (
     -- Reads the snapshot from before `done` and `att`: nothing this statement ends is here.
+    -- By key ($1), whichever side a generic plan starts from: one made while run_attempts
+    -- looked empty read every attempt this host ever finished, on every completion.
     SELECT a.run_id AS id, r.run_after FROM t
     JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
     JOIN runs r ON r.id = a.run_id
-    WHERE a.worker_id = $16::text AND a.finished_at IS NOT NULL
+    WHERE a.run_id = ANY($1::bigint[]) AND a.worker_id = $16::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 ), ended AS (
     SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
