@@ -1,9 +1,10 @@
 """The claimer service: starts due runs of the types this host offers, up to its free slots.
 
 It sleeps until the earliest due run it could take, a NOTIFY wake-up, or a freed slot; a
-bounded fallback poll covers lost notifications. The catch-up/overlap skip pass runs just
-before each claim, in a statement of its own; the claim itself never starts a run that
-the policy skips, whether or not a pass has reached it.
+bounded fallback poll covers lost notifications. The catch-up pass (skip_missed_runs)
+judges old unstarted runs once a second, before that claim; overlap's due runs it judges
+then too, and after any claim whose snapshot held one (or that claimed nothing). The claim
+itself never starts a run that the policy skips, whether or not a pass has reached it.
 
 While a backlog of due runs waits, a freed slot waits until `refill_batch` slots are free
 (app.py: all of them) or `refill_wait` seconds passed, and one claim refills them together:
@@ -127,11 +128,11 @@ class Claimer(Loop):
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
                 old = sent_at >= self._catchup_old_at
-                catchup = await tx.skip_missed_runs(
-                    self.misfire_grace, CATCHUP_WINDOW, self._catchup_from, old=old
-                )
-                skipped = catchup.skipped
-                if old:
+                if old:  # the old unstarted runs (and overlap's), once a second
+                    catchup = await tx.skip_missed_runs(
+                        self.misfire_grace, CATCHUP_WINDOW, self._catchup_from
+                    )
+                    skipped = catchup.skipped
                     self._catchup_from = catchup.resume_after
                     self._catchup_old_at = sent_at + CATCHUP_OLD_EVERY
                 rows: list[Claim] = []
@@ -186,6 +187,8 @@ class Claimer(Loop):
                     job_name=row.job_name,
                     error=repr(exc),
                 )
+        if not old and (not rows or any(r.overlap_due for r in rows)):
+            skipped += await self._skip_overlaps()
         done = ClaimPass(
             claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted
         )
@@ -206,6 +209,23 @@ class Claimer(Loop):
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+
+    async def _skip_overlaps(self) -> list[Skipped]:
+        """Overlap 'skip': record the due runs of exclusive jobs that waited for a running
+        one. After the claim, which never starts them: only when its snapshot held such a
+        run (or it claimed nothing), so a drain without exclusive jobs spends no statement
+        on it (measured: 6 % of throughput with one before every claim)."""
+        try:
+            skipped = (
+                await self.store.skip_missed_runs(self.misfire_grace, CATCHUP_WINDOW, old=False)
+            ).skipped
+        except DB_ERRORS as exc:  # the next claim tries again; its runs are started already
+            log_event(
+                self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
+            )
+            return []
+        self._skipped(skipped)
+        return skipped
 
     def _skipped(self, skipped: list[Skipped]) -> None:
         for r in skipped:

@@ -177,6 +177,16 @@ claimable_type_walk(type) AS (
     SELECT type FROM claimable_type_walk WHERE type IS NOT NULL
 )
 
+-- fragment: blocked_exclusive
+-- Due runs of exclusive jobs while another run of the job runs (runs_claimable_exclusive,
+-- then runs_one_running_exclusive): what overlap 'skip' skips and 'wait' holds back.
+blocked_exclusive AS (
+    SELECT e.id, e.run_after FROM runs e
+    WHERE e.status IN ('scheduled', 'failed') AND e.exclusive AND e.run_after <= now()
+      AND EXISTS (SELECT 1 FROM runs x WHERE x.job_id = e.job_id AND x.status = 'running'
+                    AND x.exclusive)
+)
+
 -- name: skip_missed_runs
 -- Catch-up policy, applied before claiming. A run is missed when it never started and is
 -- older than the misfire grace. 'none' skips every missed run; 'latest' all but the newest
@@ -193,7 +203,7 @@ claimable_type_walk(type) AS (
 -- a paused job's runs (judged at its resume), no longer fill the window for good. The last
 -- row gives the position for the next pass (NULL once the scan reached the end). claim_runs
 -- never starts a run this judgement skips, so a run no pass has reached yet waits.
-WITH RECURSIVE {{claimable_types}}, old AS (
+WITH RECURSIVE {{claimable_types}}, {{blocked_exclusive}}, old AS (
     -- The first $2 of each type's range, merged.
     SELECT o.id, o.run_after FROM claimable_types t CROSS JOIN LATERAL (
         SELECT id, run_after FROM runs
@@ -207,11 +217,7 @@ WITH RECURSIVE {{claimable_types}}, old AS (
     WHERE r.id = ANY(ARRAY(
         (SELECT id FROM old)
         UNION
-        (SELECT id FROM runs e WHERE status IN ('scheduled', 'failed') AND exclusive
-           AND run_after <= now() AND EXISTS (
-               SELECT 1 FROM runs x WHERE x.job_id = e.job_id AND x.status = 'running'
-                 AND x.exclusive)
-         ORDER BY run_after LIMIT $5::int)))
+        (SELECT id FROM blocked_exclusive ORDER BY run_after LIMIT $5::int)))
       AND r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
 ), judged AS (
     SELECT d.id,
@@ -277,7 +283,7 @@ LEFT JOIN LATERAL (SELECT run_after, id FROM old ORDER BY run_after DESC, id DES
 -- Only while its lease is current: an expired one may be a run that really executed and
 -- whose late result was rejected (an outage longer than the lease); the reaper records
 -- that as lease_lost.
-WITH orphans AS (
+WITH {{blocked_exclusive}}, orphans AS (
     UPDATE runs r SET status = 'scheduled', run_after = now(), lease_owner = NULL,
         lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
         last_error = 'interrupted: claim reply lost, given back unstarted'
@@ -406,7 +412,10 @@ SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token
        -- clock_timestamp(), not now() (the statement's start): a claim that took 90 ms on a
        -- busy database would otherwise start its runs 90 ms late.
        greatest(0, EXTRACT(EPOCH FROM (c.run_after - clock_timestamp())))::float8 AS start_in,
-       (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back
+       (SELECT count(*) FROM candidates) - (SELECT count(*) FROM chosen) AS held_back,
+       -- Whether overlap may have runs to skip: the claimer runs the catch-up pass for them
+       -- only then (and once a second for old runs), not before every claim.
+       EXISTS (SELECT 1 FROM blocked_exclusive) AS overlap_due
 FROM claimed c JOIN candidates k ON k.id = c.id
 ORDER BY c.run_after, c.id;
 

@@ -37,6 +37,7 @@ class Claim:
     held_back: int = 0  # runs this claim locked but left waiting for a concurrency limit
     ping_url: str | None = None  # the job's: its completion writes the success/fail ping
     start_in: float = 0.0  # seconds from the claim to the run's instant (claimed ahead)
+    overlap_due: bool = False  # a due run of an exclusive job waited for a running one
 
     @classmethod
     def from_row(cls, r: Record) -> Claim:
@@ -61,6 +62,7 @@ class Claim:
             r["held_back"],
             r["ping_url"],
             r["start_in"],
+            r["overlap_due"],
         )
 
 

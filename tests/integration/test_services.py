@@ -11,11 +11,14 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Collection
+from typing import Any
 
 import psutil
+import pytest
 
+from supervisor import claimer as claimer_module
 from supervisor.claimer import Claimer, ClaimPass
-from supervisor.core.records import Claim
+from supervisor.core.records import CatchUp, Claim
 from supervisor.core.store import Store
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
@@ -29,13 +32,16 @@ from ..factory import (
     attempts,
     due_run,
     outcome,
+    run_ids,
     seconds_until,
     set_run,
     sql,
     status,
+    statuses,
 )
 from ..helpers import wait_for
 from .test_lost_replies import TTL
+from .test_overlap import _job_with_due_runs
 
 
 class RecordingSlots:
@@ -85,6 +91,41 @@ async def test_claimer_claims_up_to_its_free_slots(store: Store) -> None:
     slots.free = 3
     await claimer.run_once()
     assert sorted(r.id for r in slots.started) == sorted(ids)
+
+
+async def test_claimer_runs_the_catchup_pass_once_a_second_and_for_waiting_overlaps(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between its once-a-second passes over old runs, a drain of jobs that never overlap
+    spends no statement on the catch-up pass; a due run of an overlap 'skip' job that
+    waits for a running one is recorded skipped by the claim that finds it waiting."""
+    monkeypatch.setattr(claimer_module, "CATCHUP_OLD_EVERY", 3600.0)  # one old pass here
+    passes = 0
+    judge = store.skip_missed_runs
+
+    async def counted(*args: Any, **kwargs: Any) -> CatchUp:
+        nonlocal passes
+        passes += 1
+        return await judge(*args, **kwargs)
+
+    monkeypatch.setattr(store, "skip_missed_runs", counted)
+    for i in range(4):
+        await due_run(store, f"p{i}")
+    slots = RecordingSlots(free=2)
+    claimer = _claimer(store, slots)
+    assert (await claimer.run_once()).claimed == 2
+    slots.free = 4
+    assert (await claimer.run_once()).claimed == 2
+    assert passes == 1  # the first claim's pass over old runs, and no other
+    # Two runs of an overlap 'skip' job due: the first starts; the claim after it finds
+    # the second waiting and has it judged.
+    job_id = await _job_with_due_runs(store, "skip", 2)
+    slots.free = 10
+    assert (await claimer.run_once()).claimed == 1
+    assert passes == 1  # its snapshot had no run of the job running yet
+    after = await claimer.run_once()
+    assert (after.claimed, after.skipped, passes) == (0, 1, 2)
+    assert await statuses(store, await run_ids(store, job_id)) == {"running": 1, "skipped": 1}
 
 
 async def test_claimer_after_an_uncertain_claim_gives_back_what_it_does_not_hold(
