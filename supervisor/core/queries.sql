@@ -180,11 +180,13 @@ claimable_type_walk(type) AS (
 -- fragment: blocked_exclusive
 -- Due runs of exclusive jobs while another run of the job runs (runs_claimable_exclusive,
 -- then runs_one_running_exclusive): what overlap 'skip' skips and 'wait' holds back.
+-- The running exclusive jobs are read once (an array), not once per due run: one generic
+-- plan of the per-run EXISTS read every running run of every host for each due run.
 blocked_exclusive AS (
     SELECT e.id, e.run_after FROM runs e
     WHERE e.status IN ('scheduled', 'failed') AND e.exclusive AND e.run_after <= now()
-      AND EXISTS (SELECT 1 FROM runs x WHERE x.job_id = e.job_id AND x.status = 'running'
-                    AND x.exclusive)
+      AND e.job_id = ANY(ARRAY(SELECT x.job_id FROM runs x
+                               WHERE x.status = 'running' AND x.exclusive))
 )
 
 -- name: skip_missed_runs

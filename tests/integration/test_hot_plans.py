@@ -267,3 +267,26 @@ async def test_statements_that_end_attempts_read_only_their_own(
         if n.get("Index Name") == "run_attempts_pkey"
     )
     assert read <= {"claim_runs": 0}.get(name, 4), "every attempt read"
+
+
+async def test_the_claims_overlap_probe_reads_running_runs_once(dsn: str, store: Store) -> None:
+    """The claim's probe for overlap's waiting runs (overlap_due) reads the running runs once,
+    whatever plan the statistics pick, not once for every due run of an exclusive job: one
+    plan of the per-run form read every running run through the status index for each."""
+    await manual_runs(store, "c", [-3600.0 - s for s in range(5000)])  # due in an hour or more
+    await sql(store, "ANALYZE jobs, runs")
+    others = await manual_runs(store, "b", [float(s) for s in range(10, 2010)])
+    await sql(
+        store,
+        "UPDATE runs SET status = 'running', attempts = 1, lease_token = 1, lease_owner = 'w',"
+        " lease_expires_at = now() + interval '1 hour' WHERE job_id = $1",
+        others,
+    )
+    for i in range(20):  # exclusive jobs with a due run each, none of them running
+        job_id = await manual_runs(store, f"x{i}", [5.0])
+        await sql(store, "UPDATE runs SET exclusive = true, type = 'a' WHERE job_id = $1", job_id)
+    nodes = await _explain(dsn, [("claim_runs", (["a"], 8, "w1", 30.0, None, 0.0, 60.0))])
+    running = ("runs_one_running_exclusive", "runs_status_history", "runs_running_lease")
+    scans = [n["Actual Loops"] for n in nodes if n.get("Index Name") in running]
+    # The candidates' check of their own jobs (hashed: once) and the probe (once).
+    assert sum(scans) <= 2, f"running runs read {sum(scans)} times for one claim"
