@@ -105,9 +105,17 @@ async def grandchild(tmp_path: Path, seen: list[int]) -> int:
     await wait_for((tmp_path / "gc").exists, 10, "the grandchild to be in place")
     pid = int((tmp_path / "gc").read_text())
     seen.append(pid)
-    assert not is_dead(pid)
+    # The pid file is written before the exec: wait for the exec to have replaced python.
+    await wait_for(lambda: _cmdline(pid)[:1] == ["sleep"], 10, "the grandchild's exec")
     assert psutil.Process(pid).environ() == {}  # nothing to find it by but its cgroup
     return pid
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        raise AssertionError(f"the grandchild {pid} died") from None
 
 
 def gone(dirs: tuple[str, ...]) -> bool:
