@@ -178,10 +178,10 @@ claimable_type_walk(type) AS (
 )
 
 -- fragment: blocked_exclusive
--- Due runs of exclusive jobs while another run of the job runs (runs_claimable_exclusive,
--- then runs_one_running_exclusive): what overlap 'skip' skips and 'wait' holds back.
--- The running exclusive jobs are read once (an array), not once per due run: one generic
--- plan of the per-run EXISTS read every running run of every host for each due run.
+-- Due runs of exclusive jobs while another run of the job runs (runs_claimable_exclusive):
+-- what overlap 'skip' skips and 'wait' holds back. The running exclusive jobs are read once
+-- (an array), not once per due run: one generic plan of the per-run EXISTS read every
+-- running run of every host for each due run.
 blocked_exclusive AS (
     SELECT e.id, e.run_after FROM runs e
     WHERE e.status IN ('scheduled', 'failed') AND e.exclusive AND e.run_after <= now()
@@ -190,12 +190,13 @@ blocked_exclusive AS (
 )
 
 -- name: skip_missed_runs
--- Catch-up policy, applied before claiming. A run is missed when it never started and is
--- older than the misfire grace. 'none' skips every missed run; 'latest' all but the newest
--- of a job; every policy skips missed runs older than the job's catch-up window. Overlap
--- 'skip' jobs skip due runs while another run of the job is running. Manual runs are
--- explicit requests: never skipped (under overlap 'skip' they wait, like 'wait').
--- Two index range scans keep it cheap on every claim: old unstarted runs, and due runs of
+-- Catch-up policy, applied beside claiming (claimer.py says when). A run is missed when it
+-- never started and is older than the misfire grace. 'none' skips every missed run;
+-- 'latest' all but the newest of a job; every policy skips missed runs older than the job's
+-- catch-up window. Overlap 'skip' jobs skip due runs while another run of the job is
+-- running. Manual runs are explicit requests: never skipped (under overlap 'skip' they
+-- wait, like 'wait').
+-- Two index range scans keep it cheap: old unstarted runs, and due runs of
 -- exclusive jobs that run now. They are judged unlocked; only the runs to skip are locked
 -- (a backlog that the policy keeps, catch-up 'all' within its window, used to be locked
 -- whole on every claim pass: up to 1,000 row locks, each a heap write, 2 ms a pass).
