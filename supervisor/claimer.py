@@ -220,9 +220,7 @@ class Claimer(Loop):
                 await self.store.skip_missed_runs(self.misfire_grace, CATCHUP_WINDOW, old=False)
             ).skipped
         except DB_ERRORS as exc:  # the next claim tries again; its runs are started already
-            log_event(
-                self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
-            )
+            self.db_error(exc)
             return []
         self._skipped(skipped)
         return skipped

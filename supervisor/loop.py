@@ -46,6 +46,11 @@ class Loop(ABC):
     def wake(self) -> None:
         self._wake.set()
 
+    def db_error(self, exc: BaseException) -> None:
+        """A database error this service rides out: counted (punchclock_db_errors), logged."""
+        self.errors += 1
+        log_event(self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc))
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
@@ -61,10 +66,7 @@ class Loop(ABC):
                 delay = (await self.run_once()).next_in
                 backoff = 0.05
             except DB_ERRORS as exc:
-                self.errors += 1
-                log_event(
-                    self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
-                )
+                self.db_error(exc)
                 delay = backoff
                 backoff = min(backoff * 2, self.max_backoff)
             if delay is None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
+import asyncpg
 import psutil
 import pytest
 
@@ -125,6 +126,31 @@ async def test_claimer_runs_the_catchup_pass_once_a_second_and_for_waiting_overl
     assert passes == 1  # its snapshot had no run of the job running yet
     after = await claimer.run_once()
     assert (after.claimed, after.skipped, passes) == (0, 1, 2)
+    assert await statuses(store, await run_ids(store, job_id)) == {"running": 1, "skipped": 1}
+
+
+async def test_claimer_a_failed_overlap_pass_is_counted_and_the_next_claim_judges_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overlap pass after a claim fails on the database: the claim's runs are started
+    all the same, the error counts as the claimer's (punchclock_db_errors), and the next
+    claim's pass records the skip."""
+    monkeypatch.setattr(claimer_module, "CATCHUP_OLD_EVERY", 3600.0)
+    slots = RecordingSlots(free=10)
+    claimer = _claimer(store, slots)
+    assert (await claimer.run_once()).claimed == 0  # the old pass, with nothing due
+    job_id = await _job_with_due_runs(store, "skip", 2)
+    assert (await claimer.run_once()).claimed == 1
+    judge = store.skip_missed_runs
+
+    async def canceled(*args: Any, **kwargs: Any) -> CatchUp:
+        raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(store, "skip_missed_runs", canceled)
+    failed = await claimer.run_once()
+    assert (failed.claimed, failed.skipped, claimer.errors) == (0, 0, 1)
+    monkeypatch.setattr(store, "skip_missed_runs", judge)
+    assert (await claimer.run_once()).skipped == 1
     assert await statuses(store, await run_ids(store, job_id)) == {"running": 1, "skipped": 1}
 
 
