@@ -63,6 +63,20 @@ async def _my_completion(store: Store, job_id: int) -> tuple[list[int], tuple[An
     )  # fmt: skip
 
 
+async def _run_as(store: Store, job_id: int, owner: str, expires_in: str) -> None:
+    """Every run of the job running under `owner`'s lease (token 1), with its attempt."""
+    await sql(
+        store,
+        "WITH r AS (UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
+        " lease_owner = $2, lease_expires_at = now() + $3::text::interval WHERE job_id = $1"
+        " RETURNING id) INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token,"
+        " started_at) SELECT id, 1, $2, 1, now() FROM r",
+        job_id,
+        owner,
+        expires_in,
+    )
+
+
 async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> None:
     await manual_runs(store, "a", [5.0])
     await manual_runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
@@ -124,14 +138,7 @@ async def test_a_completion_reads_no_table_whole_when_statistics_say_it_is_empty
         " finished_at, outcome) SELECT id, 1, 'w', 1, now(), now(), 'succeeded' FROM r",
         others,
     )
-    await sql(
-        store,
-        "WITH r AS (UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
-        " lease_owner = 'me', lease_expires_at = now() + interval '1 hour' WHERE job_id = $1"
-        " RETURNING id) INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token,"
-        " started_at) SELECT id, 1, 'me', 1, now() FROM r",
-        mine,
-    )
+    await _run_as(store, mine, "me", "1 hour")
     _, completion = await _my_completion(store, mine)
     nodes = await _explain(dsn, [("complete_runs", completion)])
     whole = [
@@ -187,20 +194,6 @@ def _element(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return _literal(value)
-
-
-async def _run_as(store: Store, job_id: int, owner: str, expires_in: str) -> None:
-    """Every run of the job running under `owner`'s lease (token 1), with its attempt."""
-    await sql(
-        store,
-        "WITH r AS (UPDATE runs SET status = 'running', attempts = 1, lease_token = 1,"
-        " lease_owner = $2, lease_expires_at = now() + $3::text::interval WHERE job_id = $1"
-        " RETURNING id) INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token,"
-        " started_at) SELECT id, 1, $2, 1, now() FROM r",
-        job_id,
-        owner,
-        expires_in,
-    )
 
 
 _CLAIM = (["a"], 8, "w1", 30.0, None, 0.0, 60.0)
