@@ -35,6 +35,7 @@ class Completer:
         self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
         self._pending_event = asyncio.Event()
         self.refused = 0  # results the database refused as they were (completion_refused)
+        self.errors = 0  # batches a database error stopped, retried (punchclock_db_errors)
 
     async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
         """Queue a result; True once recorded, False if late, None if given up at shutdown."""
@@ -71,6 +72,7 @@ class Completer:
             try:
                 recorded = await self._record([c for c, _, _ in batch])
             except DB_ERRORS as exc:
+                self.errors += 1
                 log_event(
                     log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
                 )

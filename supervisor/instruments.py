@@ -34,7 +34,10 @@ def instrument(
     m.counter(
         "punchclock_db_errors",
         "Database errors seen by each service",
-        lambda: [(s.errors, {"service": s.name}) for s in loops],
+        lambda: (
+            [(s.errors, {"service": s.name}) for s in loops]
+            + [(executor.completer.errors, {"service": "completer"})]
+        ),
     )
     m.counter(
         "punchclock_lease_renewal_failures",

@@ -218,9 +218,7 @@ class WebhookNotifier(Loop):
             )
         except DB_ERRORS as exc:  # the lease lapses and another attempt follows
             kept, outcome = False, "unrecorded"
-            log_event(
-                self.log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
-            )
+            self.db_error(exc)
         except Exception as exc:  # one delivery never stops the service
             kept, outcome = False, "unrecorded"
             log_event(self.log, "delivery_unrecorded", level=logging.ERROR, error=repr(exc))

@@ -25,7 +25,15 @@ from supervisor.core.migrator import migrate
 from supervisor.core.store import Store
 
 from ..helpers import wait_for
-from .procs import Cluster, PidMonitor, Supervisor, ThrowawayPostgres, free_port, readyz
+from .procs import (
+    Cluster,
+    PidMonitor,
+    Supervisor,
+    ThrowawayPostgres,
+    free_port,
+    readyz,
+    scrape,
+)
 from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses
 
 LEASE_TTL = 2.5
@@ -151,6 +159,18 @@ async def _scenario(
         assert {outcome[e.run_id, e.attempt] for e in ended} == {"lease_lost"}, _summary(history)
         rejected = [r for s in sups for r in s.events("run_late_result_rejected")]
         assert len(rejected) >= len(ended), logs
+        # Those results met a dead database first: each failed write is a completer
+        # db_error line and counts in punchclock_db_errors, as every service's errors do.
+        logged = {s.worker_id: len(s.events("db_error", service="completer")) for s in sups}
+        assert sum(logged.values()) >= 1, logs
+        for s in sups:
+            metrics = await asyncio.to_thread(scrape, ports[s.worker_id])
+            [counted] = [
+                v
+                for k, v in metrics.items()
+                if k.startswith("punchclock_db_errors_total{") and 'service="completer"' in k
+            ]
+            assert counted >= logged[s.worker_id], (s.worker_id, counted, logged)
 
     for s in sups:
         assert s.stop() == 0, s.tail()

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
 from supervisor.core import channels, webhooks
@@ -181,6 +182,34 @@ async def test_a_failing_receiver_is_retried_then_delivered(
         [shown] = listed["deliveries"]
         assert [a["status_code"] for a in shown["history"]] == [500, 204]
         assert n.outcomes == {("ops", "retry"): 1, ("ops", "delivered"): 1}
+
+
+async def test_a_delivery_whose_record_fails_is_counted_and_sent_again_after_its_lease(
+    store: Store, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database fails the write of a sent delivery's result: the error counts as the
+    notifier's (punchclock_db_errors), nothing is recorded, and the row is due again once
+    its lease lapses: at-least-once, under the same message id."""
+    cid = await _channel(store, receiver.url)
+    async with api_client(store) as api:
+        delivery = (await (await api.post(f"/v1/channels/{cid}/test")).json())["delivery_id"]
+    n = _notifier(store)
+    record = n.n.record_delivery
+
+    async def lost(*args: Any, **kwargs: Any) -> bool:
+        raise asyncpg.PostgresConnectionError("connection was closed in the middle of operation")
+
+    monkeypatch.setattr(n.n, "record_delivery", lost)
+    await _deliver(n)
+    assert (n.errors, n.outcomes) == (1, {("ops", "unrecorded"): 1})
+    row = (await sql_rows(store, "SELECT * FROM outbox WHERE id = $1", delivery))[0]
+    assert (row["status"], row["attempts"], row["last_status"]) == ("pending", 1, None)
+    monkeypatch.setattr(n.n, "record_delivery", record)
+    await sql(store, "UPDATE outbox SET next_attempt_at = now() WHERE id = $1", delivery)
+    await _deliver(n)
+    assert receiver.ids() == [f"msg_{delivery}"] * 2
+    row = (await sql_rows(store, "SELECT * FROM outbox WHERE id = $1", delivery))[0]
+    assert (row["status"], row["attempts"], n.errors) == ("delivered", 2, 1)
 
 
 async def test_timeouts_and_a_down_receiver_fail_after_the_window(
