@@ -216,12 +216,14 @@ WITH RECURSIVE {{claimable_types}}, {{blocked_exclusive}}, old AS (
         ORDER BY run_after, id LIMIT $2::int) o
     ORDER BY o.run_after, o.id LIMIT $2::int
 ), due AS (
+    -- By primary key only (`status::text`, as in complete_runs): a generic plan made while
+    -- nothing was due read the whole claimable index to find these few by id.
     SELECT r.id, r.job_id, r.scheduled_at, r.exclusive FROM runs r
     WHERE r.id = ANY(ARRAY(
         (SELECT id FROM old)
         UNION
         (SELECT id FROM blocked_exclusive ORDER BY run_after LIMIT $5::int)))
-      AND r.status = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
+      AND r.status::text = 'scheduled' AND r.attempts = 0 AND r.trigger = 'schedule'
 ), judged AS (
     SELECT d.id,
         CASE
@@ -244,7 +246,7 @@ WITH RECURSIVE {{claimable_types}}, {{blocked_exclusive}}, old AS (
     -- one in progress is skipped, as before).
     SELECT r.id FROM runs r
     WHERE r.id = ANY(ARRAY(SELECT id FROM judged WHERE reason IS NOT NULL))
-      AND r.status = 'scheduled' AND r.attempts = 0
+      AND r.status::text = 'scheduled' AND r.attempts = 0
     FOR UPDATE OF r SKIP LOCKED
 ), skipped AS (
     UPDATE runs r SET status = 'skipped', skip_reason = judged.reason, finished_at = now()
@@ -448,8 +450,10 @@ CROSS JOIN LATERAL (
 UPDATE run_attempts a SET stdout_tail = t.out, stderr_tail = t.err
 FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $5::text[])
     AS t(run_id, attempt, token, out, err)
-WHERE a.run_id = t.run_id AND a.attempt = t.attempt AND a.lease_token = t.token
-  AND a.outcome = 'running';
+-- By key (= ANY, as complete_runs): a generic plan made while few attempts existed walked
+-- every attempt to join the few written here.
+WHERE a.run_id = ANY($1::bigint[]) AND a.run_id = t.run_id AND a.attempt = t.attempt
+  AND a.lease_token = t.token AND a.outcome = 'running';
 
 -- name: renew_leases
 -- Heartbeat. A run missing from the result is no longer ours: its child must die now.

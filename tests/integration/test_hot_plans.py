@@ -283,3 +283,154 @@ async def test_the_claims_overlap_probe_reads_running_runs_once(dsn: str, store:
     scans = [n["Actual Loops"] for n in nodes if n.get("Index Name") in running]
     # The candidates' check of their own jobs (hashed: once) and the probe (once).
     assert sum(scans) <= 2, f"running runs read {sum(scans)} times for one claim"
+
+
+# ---------------------------------------------------------------- every hot statement, every shape
+# What the planner may have believed when a supervisor's session made its generic plans:
+# each shape is built and ANALYZEd, then the statements are prepared. A cached plan lives
+# until its tables' statistics change, and a big table is analyzed again only after 10 % of
+# it changed, so these shapes last. Statistics of empty tables (a new deployment) do not:
+# autovacuum analyzes a table after its first 50 changes, which replans every statement.
+_SHAPES = {
+    "planned": [("p", [-3600.0 - s for s in range(2000)])],  # after the first planning
+    "history": [("f", [3600.0 + s for s in range(2000)])],  # finished runs, nothing due
+    "busy": [("s", [float(s) for s in range(10, 1010)]), ("q", [1.0 + s for s in range(1000)])],
+}
+_HOT = [
+    "claim_runs",
+    "next_due_in",
+    "skip_missed_runs",
+    "renew_leases",
+    "write_live_tails",
+    "complete_runs",
+    "complete_runs_with_events",
+    "release_runs",
+    "reap_expired",
+]
+_READ_ONLY = ("next_due_in", "skip_missed_runs")  # nothing to skip in the world below
+_READ_AT_MOST = 100  # rows, index entries included, for a statement about three runs
+# Two periodic passes whose plans, made while nothing ran or was due, read more; both are
+# bounded by the live queue, never by the history (DESIGN.md, Database sessions):
+_ALSO_READS = {
+    "reap_expired": 1000,  # every running run (the status index), each reaper pass
+    "skip_missed_runs": 1000,  # every old due run of an offered type, once a second
+}
+
+
+def _hot_args(name: str, ids: list[int]) -> tuple[Any, ...]:
+    """Arguments of each hot statement for the runs `ids` (running under "me", token 1)."""
+    n = len(ids)
+    ones = [1] * n
+    completion = (
+        ids, ones, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
+        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
+        [None] * n, "me",
+    )  # fmt: skip
+    return {
+        "claim_runs": _CLAIM,
+        "next_due_in": (["a"], 0.0),
+        "skip_missed_runs": (60.0, 10, None, None, 10),
+        "renew_leases": (ids, ones, 30.0, "me"),
+        "write_live_tails": (ids, ones, ones, ["out"] * n, ["err"] * n),
+        "complete_runs": completion,
+        "complete_runs_with_events": completion,
+        "release_runs": (ids, ones, "me"),
+        "reap_expired": (10,),
+    }[name]
+
+
+async def _finished(store: Store, job_id: int, owner: str) -> None:
+    await _run_as(store, job_id, owner, "1 hour")
+    await sql(store, "UPDATE runs SET status = 'succeeded', finished_at = now(), lease_owner = NULL,"
+                     " lease_expires_at = NULL WHERE job_id = $1", job_id)  # fmt: skip
+    await sql(store, "UPDATE run_attempts a SET finished_at = now(), outcome = 'succeeded'"
+                     " FROM runs r WHERE r.id = a.run_id AND r.job_id = $1", job_id)  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(_SHAPES))
+async def test_every_hot_statement_reads_only_its_own_runs_whatever_its_plan_was_made_from(
+    dsn: str, store: Store, shape: str
+) -> None:
+    """The systematic guard behind the cases above: every statement a supervisor runs per
+    claim, completion or pass has its generic plan made under one statistics shape, then
+    runs in a busy database (2,000 finished runs with attempts, 1,000 running elsewhere,
+    1,000 due of a type nobody here offers, 1,000 planned ahead) and may read at most
+    _READ_AT_MOST rows for the three runs it is about. A plan that walks the history or the
+    plan ahead reads thousands. It found the live tails' and the catch-up pass's joins."""
+    for type_, ages in _SHAPES[shape]:
+        job_id = await manual_runs(store, type_, ages)
+        if type_ == "f":
+            await _finished(store, job_id, "w7")
+        if type_ == "s":
+            await _run_as(store, job_id, "w6", "1 hour")
+    await sql(store, "ANALYZE jobs, runs, run_attempts")
+    pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
+    try:
+        async with pool.acquire() as conn:
+            for i, name in enumerate(_HOT):
+                text = QUERIES[name].rstrip().rstrip(";")
+                params = (await conn.prepare(text)).get_parameters()
+                types = ", ".join(p.name for p in params)
+                await conn.execute(f"PREPARE s{i}({types}) AS {text}")
+                literals = ", ".join(map(_literal, _hot_args(name, [])))
+                tx = conn.transaction()
+                await tx.start()
+                try:  # the generic plan is made now, from this shape, and kept
+                    await conn.execute(f"EXECUTE s{i}({literals})")
+                finally:
+                    await tx.rollback()
+            # The busy database, around three runs of each kind.
+            await _finished(
+                store, await manual_runs(store, "h", [3600.0 + s for s in range(2000)]), "w9"
+            )
+            await _run_as(
+                store,
+                await manual_runs(store, "r", [float(s) for s in range(10, 1010)]),
+                "w8",
+                "1 hour",
+            )
+            await manual_runs(store, "b", [1.0 + s for s in range(1000)])
+            await manual_runs(store, "a", [5.0, 6.0, 7.0] + [-3600.0 - s for s in range(1000)])
+            held = await manual_runs(store, "m", [1.0, 2.0, 3.0])
+            await _run_as(store, held, "me", "1 hour")
+            expired = await manual_runs(store, "x", [1.0, 2.0, 3.0])
+            await _run_as(store, expired, "gone", "-1 minute")
+            ids = [
+                r["id"]
+                for r in await sql_rows(
+                    store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", held
+                )
+            ]
+            problems: list[str] = []
+            for i, name in enumerate(_HOT):
+                literals = ", ".join(map(_literal, _hot_args(name, ids)))
+                tx = conn.transaction()
+                await tx.start()
+                try:
+                    plan = await conn.fetchval(
+                        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE s{i}({literals})"
+                    )
+                finally:
+                    await tx.rollback()
+                nodes = _nodes(json.loads(plan)[0]["Plan"])
+                reads = sorted(
+                    (
+                        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)
+                         + n.get("Rows Removed by Index Recheck", 0)) * n["Actual Loops"],
+                        n["Node Type"], n.get("Index Name") or n.get("Relation Name"),
+                    )
+                    for n in nodes
+                    if "Relation Name" in n or "Index Name" in n
+                )  # fmt: skip
+                total = sum(r[0] for r in reads)
+                if total > _READ_AT_MOST + _ALSO_READS.get(name, 0):
+                    problems.append(f"{name} read {total} rows: {reads[-3:]}")
+                # ... and did its work: three runs claimed, renewed, ended or reaped.
+                writes = sum(  # rows fed to each update (its own count is 0 without RETURNING)
+                    n["Plans"][0]["Actual Rows"] for n in nodes if n.get("Operation") == "Update"
+                )
+                if writes < (0 if name in _READ_ONLY else 3):
+                    problems.append(f"{name} wrote {writes} rows")
+    finally:
+        await pool.close()
+    assert problems == [], "\n".join(problems)
