@@ -228,7 +228,9 @@ class Supervisor:
         ]
         if tails is not None:
             loops.append(tails)
-        instrument(m, executor, heartbeater, planner, claimer, self.orphans, loops)
+        instrument(
+            m, executor, heartbeater, planner, claimer, self.orphans, [*loops, executor.completer]
+        )
         notifier.instrument(m)
         return Services(
             executor,

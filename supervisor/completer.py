@@ -26,6 +26,8 @@ log = logging.getLogger("punchclock.completer")
 
 
 class Completer:
+    name = "completer"  # its service label in db_error lines and punchclock_db_errors
+
     def __init__(self, store: Store, *, owner: str, lease_ttl: float) -> None:
         self.store = store
         self.owner = owner
@@ -74,7 +76,7 @@ class Completer:
             except DB_ERRORS as exc:
                 self.errors += 1
                 log_event(
-                    log, "db_error", level=logging.WARNING, service="completer", error=repr(exc)
+                    log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
                 )
                 if give_up_at is not None and time.monotonic() > give_up_at:
                     for _, _, fut in self._pending:

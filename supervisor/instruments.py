@@ -3,6 +3,9 @@ values and read from counters they keep (never derived from log event names)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from supervisor.claimer import Claimer
 from supervisor.core.metrics import Metrics
 from supervisor.core.model import Outcome, RunStatus
@@ -10,9 +13,18 @@ from supervisor.core.records import Reaped, Skipped
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
-from supervisor.loop import Loop
 from supervisor.orphans import Orphans
 from supervisor.planner import Planner
+
+
+class RidesOutDbErrors(Protocol):
+    """A service that counts the database errors it retries (the loops, the completer)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def errors(self) -> int: ...
 
 
 def instrument(
@@ -22,7 +34,7 @@ def instrument(
     planner: Planner,
     claimer: Claimer,
     orphans: Orphans,
-    loops: list[Loop],
+    services: Sequence[RidesOutDbErrors],
 ) -> None:
     """Gauges and counters read at scrape time from what the services count anyway."""
     m.gauge(
@@ -34,10 +46,7 @@ def instrument(
     m.counter(
         "punchclock_db_errors",
         "Database errors seen by each service",
-        lambda: (
-            [(s.errors, {"service": s.name}) for s in loops]
-            + [(executor.completer.errors, {"service": "completer"})]
-        ),
+        lambda: [(s.errors, {"service": s.name}) for s in services],
     )
     m.counter(
         "punchclock_lease_renewal_failures",
