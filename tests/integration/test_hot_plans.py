@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.core.db import create_pool
+from supervisor.core.db import Conn, create_pool
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
@@ -55,8 +55,13 @@ async def _my_completion(store: Store, job_id: int) -> tuple[list[int], tuple[An
     arguments that end them all as succeeded."""
     rows = await sql_rows(store, "SELECT id FROM runs WHERE job_id = $1 ORDER BY id", job_id)
     ids = [r["id"] for r in rows]
+    return ids, _completion_args(ids)
+
+
+def _completion_args(ids: list[int]) -> tuple[Any, ...]:
+    """complete_runs' arguments that end the runs `ids` (owner "me", token 1) as succeeded."""
     n = len(ids)
-    return ids, (
+    return (
         ids, [1] * n, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
         [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
         [None] * n, "me",
@@ -196,16 +201,38 @@ def _element(value: Any) -> str:
     return _literal(value)
 
 
+async def _prepare_planned(conn: Conn, label: str, name: str, args: tuple[Any, ...]) -> None:
+    """PREPARE query `name` as `label` and run it once with `args` (rolled back): on a
+    supervisor's session its generic plan is made now, from this moment's statistics, and
+    kept until they change."""
+    text = QUERIES[name].rstrip().rstrip(";")
+    types = ", ".join(p.name for p in (await conn.prepare(text)).get_parameters())
+    await conn.execute(f"PREPARE {label}({types}) AS {text}")
+    await _execute_rolled_back(conn, f"EXECUTE {label}({', '.join(map(_literal, args))})")
+
+
+async def _explain_prepared(conn: Conn, label: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Every plan node of the prepared `label`'s kept plan, run with `args` (rolled back)."""
+    literals = ", ".join(map(_literal, args))
+    plan = await _execute_rolled_back(
+        conn, f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {label}({literals})"
+    )
+    return _nodes(json.loads(plan)[0]["Plan"])
+
+
+async def _execute_rolled_back(conn: Conn, statement: str) -> Any:
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        return await conn.fetchval(statement)
+    finally:
+        await tx.rollback()
+
+
 _CLAIM = (["a"], 8, "w1", 30.0, None, 0.0, 60.0)
-_TYPES = {
-    "claim_runs": "text[], int, text, float8, bigint[], float8, float8",
-    "complete_runs": "bigint[], bigint[], text[], float8[], text[], text[], int[], int[], "
-    "text[], text[], float8[], int8[], bool[], bool[], text[], text",
-    "reap_expired": "int",
-}
 
 
-@pytest.mark.parametrize("name", list(_TYPES))
+@pytest.mark.parametrize("name", ["claim_runs", "complete_runs", "reap_expired"])
 async def test_statements_that_end_attempts_read_only_their_own(
     dsn: str, store: Store, name: str
 ) -> None:
@@ -222,9 +249,7 @@ async def test_statements_that_end_attempts_read_only_their_own(
     pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
     try:
         async with pool.acquire() as conn:
-            await conn.execute(f"PREPARE s({_TYPES[name]}) AS {QUERIES[name].rstrip().rstrip(';')}")
-            literals = ", ".join(map(_literal, nothing[name]))
-            await conn.execute(f"EXECUTE s({literals})")  # its generic plan is made now, and kept
+            await _prepare_planned(conn, "s", name, nothing[name])
             # Then 2,000 runs start and end (on this host: a completion's check for results
             # recorded already reads its own host's), and this statement gets runs of its own.
             others = await manual_runs(store, "b", [float(s) for s in range(10, 2010)])
@@ -240,16 +265,9 @@ async def test_statements_that_end_attempts_read_only_their_own(
             elif name == "reap_expired":
                 await _run_as(store, mine, "gone", "-1 minute")
                 args = (100,)
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                literals = ", ".join(map(_literal, args))
-                plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE s({literals})")
-            finally:
-                await tx.rollback()
+            nodes = await _explain_prepared(conn, "s", args)
     finally:
         await pool.close()
-    nodes = _nodes(json.loads(plan)[0]["Plan"])
     updates = [n for n in nodes if n.get("Operation") == "Update" and n["Relation Name"] == "runs"]
     assert sum(n["Actual Rows"] for n in updates) == 2  # the statement did its work
     # The claim reads no attempt; a completion or a reap its two (and a completion's check
@@ -321,11 +339,7 @@ def _hot_args(name: str, ids: list[int]) -> tuple[Any, ...]:
     """Arguments of each hot statement for the runs `ids` (running under "me", token 1)."""
     n = len(ids)
     ones = [1] * n
-    completion = (
-        ids, ones, ["succeeded"] * n, [0.0] * n, ["succeeded"] * n, [None] * n, [0] * n,
-        [None] * n, [""] * n, [""] * n, [0.0] * n, [0] * n, [False] * n, [False] * n,
-        [None] * n, "me",
-    )  # fmt: skip
+    completion = _completion_args(ids)
     return {
         "claim_runs": _CLAIM,
         "next_due_in": (["a"], 0.0),
@@ -367,18 +381,8 @@ async def test_every_hot_statement_reads_only_its_own_runs_whatever_its_plan_was
     pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
     try:
         async with pool.acquire() as conn:
-            for i, name in enumerate(_HOT):
-                text = QUERIES[name].rstrip().rstrip(";")
-                params = (await conn.prepare(text)).get_parameters()
-                types = ", ".join(p.name for p in params)
-                await conn.execute(f"PREPARE s{i}({types}) AS {text}")
-                literals = ", ".join(map(_literal, _hot_args(name, [])))
-                tx = conn.transaction()
-                await tx.start()
-                try:  # the generic plan is made now, from this shape, and kept
-                    await conn.execute(f"EXECUTE s{i}({literals})")
-                finally:
-                    await tx.rollback()
+            for i, name in enumerate(_HOT):  # each plan is made now, from this shape
+                await _prepare_planned(conn, f"s{i}", name, _hot_args(name, []))
             # The busy database, around three runs of each kind.
             await _finished(
                 store, await manual_runs(store, "h", [3600.0 + s for s in range(2000)]), "w9"
@@ -403,16 +407,7 @@ async def test_every_hot_statement_reads_only_its_own_runs_whatever_its_plan_was
             ]
             problems: list[str] = []
             for i, name in enumerate(_HOT):
-                literals = ", ".join(map(_literal, _hot_args(name, ids)))
-                tx = conn.transaction()
-                await tx.start()
-                try:
-                    plan = await conn.fetchval(
-                        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE s{i}({literals})"
-                    )
-                finally:
-                    await tx.rollback()
-                nodes = _nodes(json.loads(plan)[0]["Plan"])
+                nodes = await _explain_prepared(conn, f"s{i}", _hot_args(name, ids))
                 reads = sorted(
                     (
                         (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)
