@@ -163,7 +163,7 @@ WHERE NOT paused AND deleted_at IS NULL AND plan_after <= now();
 
 -- fragment: claimable_types
 -- The types that have claimable runs, found with one probe of runs_claimable_by_type (type,
--- run_after) each: a loose index scan, as PostgreSQL 15 has no skip scan. What reads due runs
+-- run_after, id) each: a loose index scan, as PostgreSQL 15 has no skip scan. What reads due runs
 -- across types reads one (type, run_after) range per type from it, so no second index of
 -- claimable runs in run_after order is needed (migration 0016). Needs WITH RECURSIVE.
 -- The walk ends on a NULL (no type after the last); claimable_types leaves it out.
@@ -347,9 +347,9 @@ WITH {{blocked_exclusive}}, orphans AS (
               SELECT g.max_running FROM concurrency_groups g WHERE g.name = j.concurrency_group)
               > (SELECT count(*) FROM runs x WHERE x.run_group = j.concurrency_group
                    AND x.status = 'running' AND x.group_slot IS NOT NULL))
-        -- run_after alone, as runs_claimable_by_type is ordered: with an id tie-break every
-        -- claim would read and sort all runs due at the same instant (a burst of 5,000 cron
-        -- runs at 00:00 made each claim O(burst)). Ties come in index order (heap position).
+        -- run_after alone: on an index without id (before migration 0017) an id tie-break
+        -- made every claim read and sort all runs due at the same instant (a burst of 5,000
+        -- cron runs at 00:00 made each claim O(burst)). Ties come in index order.
         ORDER BY r.run_after
         LIMIT $2::int
         FOR UPDATE OF r SKIP LOCKED

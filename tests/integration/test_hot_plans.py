@@ -327,11 +327,10 @@ _HOT = [
 ]
 _READ_ONLY = ("next_due_in", "skip_missed_runs")  # nothing to skip in the world below
 _READ_AT_MOST = 100  # rows, index entries included, for a statement about three runs
-# Two periodic passes whose plans, made while nothing ran or was due, read more; both are
-# bounded by the live queue, never by the history (DESIGN.md, Database sessions):
+# One periodic pass whose plan, made while nothing ran, reads more; it is bounded by the
+# live queue, never by the history (DESIGN.md, Database sessions):
 _ALSO_READS = {
     "reap_expired": 1000,  # every running run (the status index), each reaper pass
-    "skip_missed_runs": 1000,  # every old due run of an offered type, once a second
 }
 
 
