@@ -163,9 +163,13 @@ def _cpu_model() -> str:
 
 @contextlib.contextmanager
 def admin_dsn() -> Iterator[str]:
-    """The tests' fixture chain (supervisor.local.pgchain), with a bench URL taking precedence."""
+    """The tests' fixture chain (supervisor.local.pgchain), with a bench URL taking precedence.
+    A throwaway cluster gets PostgreSQL's default shared_buffers (128MB), not the tests' 32MB:
+    the dashboard reads a million-run history that a deployment's cache holds."""
     with pgchain_admin_dsn(
-        ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"), "pc-bench-"
+        ("PUNCHCLOCK_BENCH_DATABASE_URL", "PUNCHCLOCK_TEST_DATABASE_URL"),
+        "pc-bench-",
+        settings={"shared_buffers": "128MB"},
     ) as url:
         yield url
 

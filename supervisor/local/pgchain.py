@@ -22,8 +22,11 @@ def with_database(dsn: str, dbname: str) -> str:
 
 
 @contextlib.contextmanager
-def admin_dsn(env_vars: Sequence[str], prefix: str) -> Iterator[str]:
-    """Yield an admin DSN; a server started here is stopped on exit."""
+def admin_dsn(
+    env_vars: Sequence[str], prefix: str, settings: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Yield an admin DSN; a server started here (with `settings` over the throwaway ones)
+    is stopped on exit."""
     for var in env_vars:
         if url := os.environ.get(var):
             yield url
@@ -38,7 +41,7 @@ def admin_dsn(env_vars: Sequence[str], prefix: str) -> Iterator[str]:
 
     with tempfile.TemporaryDirectory(prefix=prefix, dir="/tmp") as tmp:
         os.chmod(tmp, 0o755)  # the cluster may run as the `postgres` user (we may be root)
-        server = LocalPostgres(Path(tmp) / "pg", persistent=False)
+        server = LocalPostgres(Path(tmp) / "pg", persistent=False, settings=settings)
         try:
             yield server.start()
         finally:
