@@ -18,7 +18,15 @@ import aiohttp
 import asyncpg
 
 from api import cursor
-from bench.common import Context, ScenarioResult, api_url, interleaved, summary, timed_request
+from bench.common import (
+    Context,
+    ScenarioResult,
+    api_url,
+    interleaved,
+    settle,
+    summary,
+    timed_request,
+)
 from supervisor.core import runs as run_ops
 from supervisor.core.runs import RunFilters
 from supervisor.core.sql import QUERIES
@@ -262,6 +270,7 @@ async def run(ctx: Context) -> ScenarioResult:
             started = time.perf_counter()
             await generate(conn, n_runs, n_jobs)
             res.details["generate_seconds"] = time.perf_counter() - started
+            await settle(dsn)  # the bulk load written out, not during the measurement
             res.details["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
             cs = await cases(conn, n_jobs)
             api_proc = ctx.procs.api(dsn)

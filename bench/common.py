@@ -24,6 +24,7 @@ import aiohttp
 import asyncpg
 import psutil
 
+from supervisor.core.db import open_connection
 from supervisor.local.pgchain import admin_dsn as pgchain_admin_dsn
 from supervisor.local.plumbing import LoggedProcess, TemplateDatabase
 
@@ -174,6 +175,18 @@ def admin_dsn() -> Iterator[str]:
         yield url
 
 
+async def settle(dsn: str) -> None:
+    """Write out what is dirty (PostgreSQL's buffers, then the kernel's) before a measurement:
+    a CHECKPOINT (it needs superuser or pg_checkpoint) and a sync."""
+    conn = await open_connection(dsn)
+    try:
+        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
+    await asyncio.to_thread(os.sync)
+
+
 class Databases(TemplateDatabase):
     """A migrated template, and a fresh copy of it per scenario (dropped afterwards)."""
 
@@ -185,11 +198,8 @@ class Databases(TemplateDatabase):
         async with self.copy(tag) as dsn:
             # Flush what earlier scenarios wrote (their databases, their processes' logs) now:
             # the kernel's writeback 30 s later, or the checkpointer, would otherwise stall
-            # this scenario's commits mid-measurement. CHECKPOINT needs superuser or
-            # pg_checkpoint.
-            with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
-                await self.execute("CHECKPOINT")
-            await asyncio.to_thread(os.sync)
+            # this scenario's commits mid-measurement.
+            await settle(self.admin_dsn)
             yield dsn
 
     async def server_info(self) -> dict[str, Any]:
