@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from .procs import Cluster, reap_adopted, set_subreaper
+from supervisor.core.db import connect
+from supervisor.core.migrator import migrate
+
+from .procs import Cluster, ThrowawayPostgres, reap_adopted, set_subreaper
 
 
 @pytest.fixture(autouse=True)
@@ -32,3 +36,20 @@ def cluster(tmp_path: Path, dsn: str) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop_all()
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[ThrowawayPostgres]:
+    """A migrated cluster of this test's own (the newest PostgreSQL here), to break or to
+    measure; never the shared server."""
+    server = ThrowawayPostgres()
+    try:
+        dsn = await asyncio.to_thread(server.start)
+        conn = await connect(dsn)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        yield server
+    finally:
+        await asyncio.to_thread(server.close)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
 import pytest
 
-from supervisor.core.db import DB_ERRORS, connect, create_pool
-from supervisor.core.migrator import migrate
+from supervisor.core.db import DB_ERRORS, create_pool
 from supervisor.core.store import Store
 
 from ..helpers import wait_for
@@ -43,21 +42,6 @@ WORK = 1.2  # each handler's seconds: children end during the outage, before any
 T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres()
-    try:
-        dsn = await asyncio.to_thread(server.start)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-        yield server
-    finally:
-        await asyncio.to_thread(server.close)
 
 
 @pytest.mark.parametrize("fault", ["fast", "immediate", "outage"])

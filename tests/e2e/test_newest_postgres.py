@@ -1,15 +1,13 @@
 """The run lists on the newest PostgreSQL this machine has (a throwaway cluster: what
 `./dev up` embeds), not only on the shared server: index scans behave differently across
 major versions. PostgreSQL 18 did not start a backward scan of runs_status_history at a
-row comparison, so the plan ahead read every succeeded run's entry to find none. The dashboard's jobs by
-next run reads that index the same way; 18 starts it right (its reads do not grow with the
-planned runs left behind), so only its answer is checked."""
+row comparison, so the plan ahead read every succeeded run's entry to find none. The
+dashboard's jobs by next run reads that index the same way; 18 starts it right (its reads
+do not grow with the planned runs left behind), so only its answer is checked."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ import pytest
 from supervisor.core import runs
 from supervisor.core.dashboard import Dashboard, JobFilters
 from supervisor.core.db import connect, create_pool
-from supervisor.core.migrator import migrate
 from supervisor.core.model import MINUS_INFINITY, RunStatus
 from supervisor.core.runs import FIRST_PAGE, FIRST_UPCOMING, RunFilters
 from supervisor.core.sql import QUERIES
@@ -33,48 +30,43 @@ READ_AT_MOST = 60  # buffers for a page of 10 runs (16-17 when the scan starts r
 
 
 @pytest.fixture
-async def newest() -> AsyncIterator[str]:
-    server = ThrowawayPostgres()
+async def newest(pg: ThrowawayPostgres) -> str:
+    """The cluster with a job's history, its plan ahead, and another job's runs left due."""
+    conn = await connect(pg.dsn)
     try:
-        dsn = await asyncio.to_thread(server.start)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn)
-            job_id = await conn.fetchval(
-                "INSERT INTO jobs (name, type, cron, timezone, planned_until, plan_after)"
-                " VALUES ('hourly', 'noop', '0 * * * *', 'UTC', now(), 'infinity') RETURNING id"
-            )
-            await conn.execute(
-                "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts, status,"
-                " attempts, started_at, finished_at)"
-                " SELECT $1, t, t, 'noop', 3, 'succeeded', 1, t, t FROM"
-                " (SELECT now() - make_interval(mins => g) AS t"
-                "  FROM generate_series(1, $2::int) g) s",
-                job_id,
-                HISTORY,
-            )
-            await conn.execute(
-                "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
-                " SELECT $1, now() + make_interval(hours => g), now() + make_interval(hours => g),"
-                " 'noop', 3 FROM generate_series(1, $2::int) g",
-                job_id,
-                AHEAD,
-            )
-            await conn.execute(
-                "WITH j AS (INSERT INTO jobs (name, type, cron, timezone, planned_until,"
-                " plan_after) VALUES ('unserved', 'gone', '* * * * *', 'UTC', now(), 'infinity')"
-                " RETURNING id)"
-                " INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
-                " SELECT j.id, now() - make_interval(mins => g), now() - make_interval(mins => g),"
-                " 'gone', 3 FROM j, generate_series(1, $1::int) g",
-                DUE,
-            )
-            await conn.execute("VACUUM ANALYZE runs")
-        finally:
-            await conn.close()
-        yield dsn
+        job_id = await conn.fetchval(
+            "INSERT INTO jobs (name, type, cron, timezone, planned_until, plan_after)"
+            " VALUES ('hourly', 'noop', '0 * * * *', 'UTC', now(), 'infinity') RETURNING id"
+        )
+        await conn.execute(
+            "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts, status,"
+            " attempts, started_at, finished_at)"
+            " SELECT $1, t, t, 'noop', 3, 'succeeded', 1, t, t FROM"
+            " (SELECT now() - make_interval(mins => g) AS t"
+            "  FROM generate_series(1, $2::int) g) s",
+            job_id,
+            HISTORY,
+        )
+        await conn.execute(
+            "INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
+            " SELECT $1, now() + make_interval(hours => g), now() + make_interval(hours => g),"
+            " 'noop', 3 FROM generate_series(1, $2::int) g",
+            job_id,
+            AHEAD,
+        )
+        await conn.execute(
+            "WITH j AS (INSERT INTO jobs (name, type, cron, timezone, planned_until,"
+            " plan_after) VALUES ('unserved', 'gone', '* * * * *', 'UTC', now(), 'infinity')"
+            " RETURNING id)"
+            " INSERT INTO runs (job_id, scheduled_at, run_after, type, max_attempts)"
+            " SELECT j.id, now() - make_interval(mins => g), now() - make_interval(mins => g),"
+            " 'gone', 3 FROM j, generate_series(1, $1::int) g",
+            DUE,
+        )
+        await conn.execute("VACUUM ANALYZE runs")
     finally:
-        await asyncio.to_thread(server.close)
+        await conn.close()
+    return pg.dsn
 
 
 def _list_args(f: RunFilters, key: tuple[Any, int]) -> tuple[Any, ...]:
