@@ -3,7 +3,8 @@
 major versions. PostgreSQL 18 did not start a backward scan of runs_status_history at a
 row comparison, so the plan ahead read every succeeded run's entry to find none. The
 dashboard's jobs by next run reads that index the same way; 18 starts it right (its reads
-do not grow with the planned runs left behind), so only its answer is checked."""
+do not grow with the planned runs left behind), so only its answer is checked. A job's own
+lists (runs_job_scheduled_at, read forwards ahead and backwards behind) are measured too."""
 
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ def _list_args(f: RunFilters, key: tuple[Any, int]) -> tuple[Any, ...]:
     return ([s.value for s in RunStatus], *key, *f.scheduled, *f.finished, PAGE)
 
 
+def _job_args(job_id: int, f: RunFilters, key: tuple[Any, int]) -> tuple[Any, ...]:
+    """list_runs_(upcoming_)by_job's arguments for a job's first page, no status filter."""
+    return ([job_id], None, *key, *f.scheduled, *f.finished, PAGE)
+
+
 async def test_run_lists_read_a_page_not_the_history(newest: str) -> None:
     pool = await create_pool(newest, min_size=1, max_size=1)
     try:
@@ -88,20 +94,39 @@ async def test_run_lists_read_a_page_not_the_history(newest: str) -> None:
         times = [r.scheduled_at for r in past]
         assert len(past) == PAGE and times == sorted(times, reverse=True)
         assert {r.status for r in past} == {RunStatus.SUCCEEDED, RunStatus.SCHEDULED}
+        # One job's: its plan ahead after its long past, and its newest past.
+        mine = RunFilters(job_name="hourly", upcoming=True)
+        ahead_of_job = await runs.list_runs(store, mine, None, PAGE)
+        assert [r.scheduled_at for r in ahead_of_job] == [r.scheduled_at for r in ahead]
+        past_of_job = await runs.list_runs(store, RunFilters(job_name="hourly"), None, PAGE)
+        assert len(past_of_job) == PAGE
+        assert {r.status for r in past_of_job} == {RunStatus.SUCCEEDED}
+        left = RunFilters(job_name="unserved", upcoming=True)
+        assert await runs.list_runs(store, left, None, PAGE) == []
         read = {}
         async with pool.acquire() as conn:
             version = await conn.fetchval("SHOW server_version")
-            for name, args in (
-                (
-                    "list_runs_upcoming_by_status",
-                    _list_args(RunFilters(upcoming=True), FIRST_UPCOMING),
-                ),
-                ("list_runs_by_status", _list_args(RunFilters(), FIRST_PAGE)),
-            ):
+            ids = dict(await conn.fetch("SELECT name, id FROM jobs"))
+            up, back = RunFilters(upcoming=True), RunFilters()
+            queries: list[tuple[str, str, tuple[Any, ...]]] = [
+                ("ahead", "list_runs_upcoming_by_status", _list_args(up, FIRST_UPCOMING)),
+                ("past", "list_runs_by_status", _list_args(back, FIRST_PAGE)),
+            ]
+            # A job's own lists: ahead of a long past, and the past of a job planned ahead.
+            for job, job_id in ids.items():
+                queries += [
+                    (
+                        f"{job} ahead",
+                        "list_runs_upcoming_by_job",
+                        _job_args(job_id, up, FIRST_UPCOMING),
+                    ),
+                    (f"{job} past", "list_runs_by_job", _job_args(job_id, back, FIRST_PAGE)),
+                ]
+            for label, name, args in queries:
                 text = QUERIES[name].rstrip().rstrip(";")
                 plan = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, *args)
                 top = json.loads(plan)[0]["Plan"]
-                read[name] = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+                read[label] = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
     finally:
         await pool.close()
     assert all(n <= READ_AT_MOST for n in read.values()), (version, read)
