@@ -175,15 +175,11 @@ def admin_dsn() -> Iterator[str]:
         yield url
 
 
-async def settle(dsn: str) -> None:
+async def settle(conn: asyncpg.Connection) -> None:
     """Write out what is dirty (PostgreSQL's buffers, then the kernel's) before a measurement:
     a CHECKPOINT (it needs superuser or pg_checkpoint) and a sync."""
-    conn = await open_connection(dsn)
-    try:
-        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
-            await conn.execute("CHECKPOINT")
-    finally:
-        await conn.close()
+    with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("CHECKPOINT")
     await asyncio.to_thread(os.sync)
 
 
@@ -199,7 +195,11 @@ class Databases(TemplateDatabase):
             # Flush what earlier scenarios wrote (their databases, their processes' logs) now:
             # the kernel's writeback 30 s later, or the checkpointer, would otherwise stall
             # this scenario's commits mid-measurement.
-            await settle(self.admin_dsn)
+            conn = await open_connection(self.admin_dsn)
+            try:
+                await settle(conn)
+            finally:
+                await conn.close()
             yield dsn
 
     async def server_info(self) -> dict[str, Any]:

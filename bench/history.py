@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from bench import api
-from bench.common import Context, ScenarioResult, api_url, settle, summary
+from bench.common import Context, ScenarioResult, api_url, summary
 from bench.throughput import drain_in
 from supervisor.core.db import create_pool
 from supervisor.core.store import Store
@@ -68,7 +68,6 @@ async def run(ctx: Context) -> ScenarioResult:
             started = time.perf_counter()
             await api.generate(conn, n_runs, n_jobs)
             out["generate_seconds"] = time.perf_counter() - started
-            await settle(dsn)  # the bulk load written out, not during the measurement
             out["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
             out["drain_history"] = await drain_in(ctx, dsn, drained, "full", env=KEEP_ALL)
             cs = await api.cases(conn, n_jobs)

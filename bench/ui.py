@@ -15,15 +15,7 @@ import aiohttp
 import asyncpg
 
 from bench.api import generate, indexes_used
-from bench.common import (
-    Context,
-    ScenarioResult,
-    api_url,
-    interleaved,
-    settle,
-    summary,
-    timed_request,
-)
+from bench.common import Context, ScenarioResult, api_url, interleaved, summary, timed_request
 from supervisor.core.sql import QUERIES
 
 NAME = "ui"
@@ -160,7 +152,6 @@ async def run(ctx: Context) -> ScenarioResult:
             started = time.perf_counter()
             await generate(conn, n_runs, n_jobs)
             res.details["generate_seconds"] = time.perf_counter() - started
-            await settle(dsn)  # the bulk load written out, not during the measurement
             res.details["runs"] = await conn.fetchval("SELECT count(*) FROM runs")
             res.details["jobs"] = n_jobs
             cases = await pages(conn, n_jobs)
