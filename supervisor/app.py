@@ -201,7 +201,7 @@ class Supervisor:
         fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
         every = cfg.live_output_interval
         tails = LiveTail(store, executor, every) if every > 0 else None
-        listener = Listener(cfg.database_url, claimer.wake)
+        listener = Listener(cfg.database_url, claimer.notified)
         pruner = Pruner(
             store,
             keep_succeeded_days=cfg.retention_succeeded_days,

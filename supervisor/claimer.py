@@ -17,6 +17,14 @@ claim, and a type with less room than the free slots is claimed alone, up to its
 the same transaction before the others (which then take the remaining slots), so one claim
 never starts more of a type than it may run.
 
+While its claims of a type come back full, the next one reads on after the last run of that
+type it claimed (a cursor), not from the start of the due range: behind an old snapshot (a
+long report query) the index entries of runs claimed since cannot be cleaned up, and every
+claim stepped over all of them. The cursors are dropped after a claim that is not full, on
+a NOTIFY (a run that was passed over may have become claimable: its overlap or limit
+cleared, a retry or a manual run was added) and at least every CURSOR_EVERY seconds, so a
+run passed over for any other reason waits that long at most (DESIGN.md, Claim cursor).
+
 Runs due within `claim_ahead` seconds are claimed with the ones due now, and the executor
 starts each at its instant: a start waits on a local timer, not on a claim that has to
 get through a busy database at that instant. Never early by the database's clock: the
@@ -46,6 +54,9 @@ CATCHUP_WINDOW = 1000
 # for overlap 'skip'): the claim applies the policy itself, so the pass only records the
 # skips, and a kept backlog read on every claim cost a drain behind it about 10 %.
 CATCHUP_OLD_EVERY = 1.0
+# How long the claim cursors live at most: the longest a due run passed over by a full
+# claim (locked by a claim that rolled back, its job paused then resumed) waits.
+CURSOR_EVERY = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,15 @@ class Claimer(Loop):
         # and when (monotonic) it reads them again.
         self._catchup_from: tuple[datetime, int] | None = None
         self._catchup_old_at = 0.0
+        # Per type: the (run_after, id) the next claim reads on after, and when (monotonic)
+        # they are all dropped.
+        self._cursors: dict[str, tuple[datetime, int]] = {}
+        self._cursors_until = 0.0
+
+    def notified(self) -> None:
+        """A NOTIFY: runs may be claimable behind the cursors. Claim from the start, now."""
+        self._cursors.clear()
+        self.wake()
 
     async def run_once(self) -> ClaimPass:
         if not self.types:
@@ -125,6 +145,9 @@ class Claimer(Loop):
         # several (types at their caps) must succeed or fail together.
         many = len(batches) > 1
         skipped: list[Skipped] = []
+        if held is not None or sent_at >= self._cursors_until:
+            self._cursors.clear()
+        claims: list[tuple[list[str], int, list[Claim]]] = []
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
                 old = sent_at >= self._catchup_old_at
@@ -138,20 +161,26 @@ class Claimer(Loop):
                 rows: list[Claim] = []
                 for types, most in batches:
                     if (n := min(most, free - len(rows))) > 0:
-                        rows += await tx.claim_runs(
+                        got = await tx.claim_runs(
                             types, n, self.owner, self.lease_ttl, held, self.ahead,
-                            self.misfire_grace,
+                            self.misfire_grace, self._cursors,
                         )  # fmt: skip
                         held = None  # the recovery runs once, in the first statement
+                        claims.append((types, n, got))
+                        rows += got
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
+            self._cursors.clear()
             self._skipped(skipped if not many else [])  # committed on its own
             return ClaimPass(0.01)
         except DB_ERRORS:
+            self._cursors.clear()
             self._skipped(skipped if not many else [])
             self.uncertain = True
             self._backlog = False
             raise
+        for types, n, got in claims:
+            self._move_cursors(types, n, got, sent_at)
         recovered = held_ids is not None
         self._backlog = len(rows) == free
         self.uncertain = False
@@ -209,6 +238,21 @@ class Claimer(Loop):
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+
+    def _move_cursors(self, types: list[str], n: int, got: list[Claim], now: float) -> None:
+        """After a committed claim of `n` runs of `types`: full, each type's cursor moves to
+        the last run of it claimed; short, the next claim of these types reads from the
+        start (what it passed over is not known, and it is cheap then)."""
+        if len(got) < n:
+            for t in types:
+                self._cursors.pop(t, None)
+            return
+        if not self._cursors:
+            self._cursors_until = now + CURSOR_EVERY
+        for row in got:
+            at = (row.run_after, row.id)
+            if (old := self._cursors.get(row.type)) is None or at > old:
+                self._cursors[row.type] = at
 
     async def _skip_overlaps(self) -> list[Skipped]:
         """Overlap 'skip': record the due runs of exclusive jobs that waited for a running

@@ -310,7 +310,14 @@ WITH {{blocked_exclusive}}, orphans AS (
     -- backlog of a type nobody here offers is never read (50,000 older due runs of one made
     -- a claim of 8 runs 7.27 ms instead of 0.86). Each type locks at most $2 runs; those past
     -- the merged limit are let go at commit.
-    SELECT c.* FROM (SELECT DISTINCT unnest($1::text[])) AS t(type)
+    -- $8/$9 (per type, beside $1; NULL: from the start): read on after this (run_after, id),
+    -- the last run of the type this host claimed while its claims come back full
+    -- (claimer.py). Behind an old snapshot the entries of runs claimed since cannot be
+    -- cleaned up, and a scan from the start stepped over all of them: 50,000 runs drained
+    -- under a 60 s snapshot, each claim slower than the one before (DESIGN.md, Claim cursor).
+    SELECT c.* FROM (SELECT DISTINCT ON (u.type) u.*
+                     FROM unnest($1::text[], $8::timestamptz[], $9::bigint[])
+                         AS u(type, after_at, after_id)) AS t
     CROSS JOIN LATERAL (
         SELECT r.id, r.job_id, r.exclusive, r.run_after, j.payload AS job_payload,
                j.name AS job_name, j.type, j.timeout_seconds, j.retry_base_seconds,
@@ -326,6 +333,7 @@ WITH {{blocked_exclusive}}, orphans AS (
         WHERE r.status IN ('scheduled', 'failed')
           AND r.run_after <= now() + make_interval(secs => $6::float8)
           AND r.type = t.type AND (NOT j.paused OR r.trigger = 'manual')
+          AND (r.run_after, r.id) > (COALESCE(t.after_at, '-infinity'), COALESCE(t.after_id, 0))
           AND j.deleted_at IS NULL
           AND NOT (r.exclusive AND EXISTS (
               SELECT 1 FROM runs x WHERE x.job_id = r.job_id AND x.status = 'running'
@@ -408,7 +416,7 @@ WITH {{blocked_exclusive}}, orphans AS (
     FROM claimed c JOIN candidates k ON k.id = c.id
     WHERE k.ping_url IS NOT NULL
 )
-SELECT c.id, c.job_id, c.scheduled_at, c.attempts, c.max_attempts, c.lease_token,
+SELECT c.id, c.job_id, c.scheduled_at, c.run_after, c.attempts, c.max_attempts, c.lease_token,
        c.started_at, c.trigger, c.exclusive OR c.job_slot IS NOT NULL OR c.group_slot IS NOT NULL
            AS wakes_others,
        -- As text: it goes to the child's stdin as it is (no decoding and encoding again).

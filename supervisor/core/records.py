@@ -22,6 +22,7 @@ class Claim:
     job_name: str
     type: str
     scheduled_at: datetime
+    run_after: datetime  # its place in the claim order (the claimer's cursor)
     started_at: datetime
     db_now: datetime  # the database clock at the claim: the timeout's deadline counts from it
     attempts: int  # this attempt's number
@@ -47,6 +48,7 @@ class Claim:
             r["job_name"],
             r["type"],
             r["scheduled_at"],
+            r["run_after"],
             r["started_at"],
             r["db_now"],
             r["attempts"],

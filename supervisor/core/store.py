@@ -8,7 +8,7 @@ live in migrator.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -171,15 +171,21 @@ class Store(History):
         held: Sequence[int] | None = None,
         ahead: float = 0.0,
         misfire_grace: float = 60.0,
+        after: Mapping[str, tuple[datetime, int]] | None = None,
     ) -> list[Claim]:
         """Claim runs due now or within `ahead` seconds (each Claim says when it starts).
         `held` (the runs this host is running) is given only after a claim whose outcome
         is unknown: runs leased to `owner` but not held go back. A run missed by more than
-        `misfire_grace` that its catch-up policy skips is left for skip_missed_runs."""
+        `misfire_grace` that its catch-up policy skips is left for skip_missed_runs.
+        `after`: per type, read on after this (run_after, id) instead of from the start."""
         held_ids = None if held is None else list(held)
+        offered = list(dict.fromkeys(types))
+        cursors = [(after or {}).get(t) for t in offered]
         rows = await self._fetch(
-            "claim_runs", list(types), limit, owner, lease_ttl, held_ids, ahead, misfire_grace
-        )
+            "claim_runs", offered, limit, owner, lease_ttl, held_ids, ahead, misfire_grace,
+            [None if c is None else c[0] for c in cursors],
+            [None if c is None else c[1] for c in cursors],
+        )  # fmt: skip
         return [Claim.from_row(r) for r in rows]
 
     async def next_due_in(self, types: Sequence[str], ahead: float = 0.0) -> float | None:

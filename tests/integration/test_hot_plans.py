@@ -86,7 +86,7 @@ async def test_the_claim_reads_only_its_own_types(dsn: str, store: Store) -> Non
     await manual_runs(store, "a", [5.0])
     await manual_runs(store, "c", [float(s) for s in range(100, 1100)])  # older, not offered
     await sql(store, "ANALYZE jobs, runs")
-    nodes = await _explain(dsn, [("claim_runs", (["a"], 8, "w1", 30.0, None, 0.0, 60.0))])
+    nodes = await _explain(dsn, [("claim_runs", _CLAIM)])
     # One due run of type a: the scan reads it and nothing of c's 1,000.
     assert _rows(nodes, "runs_claimable_by_type") == 1
 
@@ -229,7 +229,7 @@ async def _execute_rolled_back(conn: Conn, statement: str) -> Any:
         await tx.rollback()
 
 
-_CLAIM = (["a"], 8, "w1", 30.0, None, 0.0, 60.0)
+_CLAIM = (["a"], 8, "w1", 30.0, None, 0.0, 60.0, [None], [None])
 
 
 @pytest.mark.parametrize("name", ["claim_runs", "complete_runs", "reap_expired"])
@@ -296,7 +296,7 @@ async def test_the_claims_overlap_probe_reads_running_runs_once(dsn: str, store:
     for i in range(20):  # exclusive jobs with a due run each, none of them running
         job_id = await manual_runs(store, f"x{i}", [5.0])
         await sql(store, "UPDATE runs SET exclusive = true, type = 'a' WHERE job_id = $1", job_id)
-    nodes = await _explain(dsn, [("claim_runs", (["a"], 8, "w1", 30.0, None, 0.0, 60.0))])
+    nodes = await _explain(dsn, [("claim_runs", _CLAIM)])
     running = ("runs_one_running_exclusive", "runs_status_history", "runs_running_lease")
     scans = [n["Actual Loops"] for n in nodes if n.get("Index Name") in running]
     # The candidates' check of their own jobs (hashed: once) and the probe (once).
