@@ -6,7 +6,6 @@ claimed again from the start after a NOTIFY or within CURSOR_EVERY."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import asyncpg
@@ -15,11 +14,11 @@ import pytest
 from supervisor import claimer as claimer_module
 from supervisor.claimer import Claimer
 from supervisor.core.db import create_pool
-from supervisor.core.records import Claim
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
 from ..factory import manual_runs, sql, sql_rows
+from .test_services import RecordingSlots
 
 TTL = 30.0
 
@@ -98,30 +97,11 @@ async def _claim_reads(dsn: str, after: tuple[Any, int] | None) -> dict[str, Any
     return {"first": first, "entries": entries}
 
 
-class _Slots:
-    def __init__(self, free: int) -> None:
-        self.free = free
-        self.started: list[Claim] = []
-
-    @property
-    def free_slots(self) -> int:
-        return self.free - len(self.started)
-
-    def room(self) -> dict[str, int]:
-        return {}
-
-    def start(self, row: Claim, claimed_at: float) -> None:
-        self.started.append(row)
-
-    def held(self) -> Collection[int]:
-        return [r.id for r in self.started]
-
-
 async def test_a_run_passed_over_is_claimed_after_a_notify_or_within_a_second(
     dsn: str, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     due = [i for _, i in await _due(store, 8)]
-    slots = _Slots(free=2)
+    slots = RecordingSlots(free=2)
     claimer = Claimer(
         store, owner="w1", types=["a"], slots=slots, lease_ttl=TTL, misfire_grace=3600,
         poll_interval=5,
