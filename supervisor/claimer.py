@@ -23,7 +23,8 @@ long report query) the index entries of runs claimed since cannot be cleaned up,
 claim stepped over all of them. The cursors are dropped after a claim that is not full, on
 a NOTIFY (a run that was passed over may have become claimable: its overlap or limit
 cleared, a retry or a manual run was added) and at least every CURSOR_EVERY seconds, so a
-run passed over for any other reason waits that long at most (DESIGN.md, Claim cursor).
+run passed over for any other reason waits that long at most (DESIGN.md, Lease and fencing
+protocol).
 
 Runs due within `claim_ahead` seconds are claimed with the ones due now, and the executor
 starts each at its instant: a start waits on a local timer, not on a claim that has to
@@ -55,7 +56,8 @@ CATCHUP_WINDOW = 1000
 # skips, and a kept backlog read on every claim cost a drain behind it about 10 %.
 CATCHUP_OLD_EVERY = 1.0
 # How long the claim cursors live at most: the longest a due run passed over by a full
-# claim (locked by a claim that rolled back, its job paused then resumed) waits.
+# claim and made claimable without a NOTIFY (locked by another host's claim that then
+# rolled back) waits.
 CURSOR_EVERY = 1.0
 
 

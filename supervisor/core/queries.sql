@@ -314,7 +314,8 @@ WITH {{blocked_exclusive}}, orphans AS (
     -- the last run of the type this host claimed while its claims come back full
     -- (claimer.py). Behind an old snapshot the entries of runs claimed since cannot be
     -- cleaned up, and a scan from the start stepped over all of them: 50,000 runs drained
-    -- under a 60 s snapshot, each claim slower than the one before (DESIGN.md, Claim cursor).
+    -- under a 60 s snapshot, each claim slower than the one before (DESIGN.md, Lease and
+    -- fencing protocol).
     SELECT c.* FROM (SELECT DISTINCT ON (u.type) u.*
                      FROM unnest($1::text[], $8::timestamptz[], $9::bigint[])
                          AS u(type, after_at, after_id)) AS t

@@ -1,8 +1,8 @@
-"""The claim cursor (DESIGN.md, Claim cursor): while a host's claims come back full, the next
-reads on after the last run it claimed. Behind an old snapshot the index entries of runs
-claimed since cannot be cleaned up, and a claim from the start steps over every one of
-them; the cursor keeps a claim's reads to its own batch. A run the cursor passed over is
-claimed again from the start after a NOTIFY or within CURSOR_EVERY."""
+"""The claim cursor (DESIGN.md, Lease and fencing protocol): while a host's claims come back
+full, the next reads on after the last run it claimed. Behind an old snapshot the index
+entries of runs claimed since cannot be cleaned up, and a claim from the start steps over
+every one of them; the cursor keeps a claim's reads to its own batch. A run the cursor
+passed over is claimed again from the start after a NOTIFY or within CURSOR_EVERY."""
 
 from __future__ import annotations
 
