@@ -43,6 +43,7 @@ HEARTBEAT_EVERY = 10.0  # seconds between this planner's heartbeat writes
 MAX_HOLD = 0.05
 # Batches in flight in a planning wave (supervisors use this; see Planner.run_once).
 PLAN_LANES = 2
+BATCH = 500  # jobs per planning transaction
 
 
 class Planner(Loop):
@@ -54,7 +55,7 @@ class Planner(Loop):
         limits: PlanLimits | None = None,
         *,
         interval: float = 1.0,
-        batch: int = 500,
+        batch: int = BATCH,
         on_planned: Callable[[int, float], None] | None = None,
         heartbeat_url: str = "",
         hold_off: Callable[[], float] | None = None,

@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from supervisor.core.domain import Job
+from supervisor.core.domain import Job, JobSchedule
 from supervisor.core.model import INFINITY, Overlap
+from supervisor.core.schedule import CronSchedule
 from supervisor.core.store import PlannedRuns, Store
 
 # Planning a job takes ~0.1 ms of CPU; a batch of 500 would hold the event loop for 50 ms+
@@ -50,13 +51,59 @@ class JobPlan:
     plan_after: datetime
 
 
-def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
+class FireTimes:
+    """The fire times of one planning batch (one `db_now`, one horizon), shared by the jobs
+    with the same cron schedule: a fleet has few distinct (cron, zone) pairs, and jobs
+    planned together start from the same or nearby marks, so one walk of a schedule serves
+    all of them. `between` and `next_after` return what the schedule's own methods would.
+
+    A walk from `start` holds the schedule's fire times in (start, end], or its first
+    `limit` after start when it was cut there. Its tail after a later start s is the walk
+    from s (a schedule's fire times after s are its fire times after start that lie after
+    s; tests/unit/test_planning.py checks this across DST shifts), whole when the walk
+    reached `end`, else only while no fire time lies in (start, s].
+    """
+
+    def __init__(self, db_now: datetime, limits: PlanLimits) -> None:
+        self.now = db_now
+        self.end = db_now + limits.horizon
+        self.limit = limits.max_runs
+        self._walks: dict[CronSchedule, tuple[datetime, list[datetime]]] = {}
+        self._next: dict[CronSchedule, datetime | None] = {}
+
+    def between(self, sched: JobSchedule, start: datetime) -> list[datetime]:
+        """sched.between(start, end, limit)."""
+        if not isinstance(sched, CronSchedule):
+            return sched.between(start, self.end, self.limit)
+        walk = self._walks.get(sched)
+        if walk is not None and walk[0] <= start:
+            times = walk[1]
+            i = bisect.bisect_right(times, start)
+            if i == 0 or len(times) < self.limit:
+                return times[i : i + self.limit]
+        times = sched.between(start, self.end, self.limit)
+        self._walks[sched] = (start, times)
+        return times[:]
+
+    def next_after(self, sched: JobSchedule) -> datetime | None:
+        """sched.next_after(db_now)."""
+        if not isinstance(sched, CronSchedule):
+            return sched.next_after(self.now)
+        if sched not in self._next:
+            self._next[sched] = sched.next_after(self.now)
+        return self._next[sched]
+
+
+def plan_job(
+    job: Job, db_now: datetime, limits: PlanLimits, fire_times: FireTimes | None = None
+) -> JobPlan:
     """Fire times after the job's high-water mark, up to the horizon.
 
     Times older than the catch-up window are recorded as skipped ("missed") at once;
     younger ones are inserted as scheduled and the claim-time catch-up pass applies the
     job's policy to them (see DESIGN.md, Catch-up). Raises what the job's schedule raises
-    when this host cannot load it (domain.UnloadableSchedule).
+    when this host cannot load it (domain.UnloadableSchedule). `fire_times`: the batch's
+    shared fire times (for the same db_now and limits); without it, the job's own.
     """
     spec = job.spec
     start: datetime = job.planned_until or job.created_at
@@ -71,14 +118,17 @@ def plan_job(job: Job, db_now: datetime, limits: PlanLimits) -> JobPlan:
 
     sched = spec.schedule
     horizon_end = db_now + limits.horizon
-    times = sched.between(start, horizon_end, limits.max_runs)
+    if fire_times is None:
+        times = sched.between(start, horizon_end, limits.max_runs)
+    else:
+        times = fire_times.between(sched, start)
     if len(times) == limits.max_runs:
         until = times[-1]  # capped: plan the rest next pass
     else:
         until = max(start, horizon_end)
         # At least the next run is always planned (a yearly job has none within 24 h).
         # Fire times <= start are planned already, so only a later one is added.
-        nxt = sched.next_after(db_now)
+        nxt = sched.next_after(db_now) if fire_times is None else fire_times.next_after(sched)
         if nxt is not None and nxt > until:
             times.append(nxt)
             until = nxt
@@ -110,13 +160,14 @@ async def plan_jobs(
     `gate` is held around the writes (the planner's: one batch's insert at a time).
     """
     yield_ = pause or _one_turn
+    fire_times = FireTimes(db_now, limits)
     planned = PlannedRuns()
     marks: list[tuple[int, datetime | None, datetime]] = []
     for i, job in enumerate(jobs):
         if i and i % YIELD_EVERY == 0:
             await yield_()
         try:
-            plan = plan_job(job, db_now, limits)
+            plan = plan_job(job, db_now, limits, fire_times)
         except Exception as exc:
             if failures is None:
                 raise
