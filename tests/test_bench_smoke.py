@@ -65,3 +65,24 @@ def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None
         assert scenario["checks"] and all(scenario["checks"].values()), (name, scenario["checks"])
     throughput = doc["scenarios"]["throughput"]["details"]["runs"]
     assert all(r["exactly_once"]["ok"] for r in throughput)
+
+
+@pytest.mark.timeout(200)
+def test_statement_variants_each_drain_every_run_exactly_once(admin_dsn: str) -> None:
+    """bench.statements builds its merged and lean statements from queries.sql: after a
+    change there they must still claim and record every run once, or the tool says so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
+    env["PUNCHCLOCK_BENCH_DATABASE_URL"] = admin_dsn
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.statements", "--runs", "50", "--rounds", "1"],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert sorted(x["variant"] for x in lines) == ["as-is", "lean-claim", "merged"]
+    assert all(x["exactly_once"] and x["cpu_us_per_run"] >= 0 for x in lines), lines
