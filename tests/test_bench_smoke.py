@@ -30,22 +30,28 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.timeout(400)
-def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None:
-    out = tmp_path / "smoke.json"
+def _bench(admin_dsn: str, args: list[str], timeout: float) -> str:
+    """`python -m ARGS` from the checkout on `admin_dsn`; its stdout, once it exited 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
     env["PUNCHCLOCK_BENCH_DATABASE_URL"] = admin_dsn
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--json", str(out)],
+        [sys.executable, "-m", *args],
         check=False,
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=360,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    assert "| scenario" in proc.stdout  # the table
+    return proc.stdout
+
+
+@pytest.mark.timeout(400)
+def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "smoke.json"
+    stdout = _bench(admin_dsn, ["bench", "--smoke", "--json", str(out)], timeout=360)
+    assert "| scenario" in stdout  # the table
 
     doc = json.loads(out.read_text())
     assert doc["smoke"] is True
@@ -71,18 +77,7 @@ def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None
 def test_statement_variants_each_drain_every_run_exactly_once(admin_dsn: str) -> None:
     """bench.statements builds its merged and lean statements from queries.sql: after a
     change there they must still claim and record every run once, or the tool says so."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-    env["PUNCHCLOCK_BENCH_DATABASE_URL"] = admin_dsn
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.statements", "--runs", "50", "--rounds", "1"],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    stdout = _bench(admin_dsn, ["bench.statements", "--runs", "50", "--rounds", "1"], timeout=180)
+    lines = [json.loads(x) for x in stdout.splitlines() if x.startswith('{"variant"')]
     assert sorted(x["variant"] for x in lines) == ["as-is", "lean-claim", "merged"]
     assert all(x["exactly_once"] and x["cpu_us_per_run"] >= 0 for x in lines), lines
