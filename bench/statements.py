@@ -24,7 +24,6 @@ import re
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import astuple, fields
 from typing import Any
 
 import asyncpg
@@ -35,7 +34,7 @@ from bench.throughput import insert_due_runs
 from supervisor.core.db import create_pool
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.sql import QUERIES
-from supervisor.core.store import Completion, Store
+from supervisor.core.store import Completion, Store, completion_columns
 
 OWNER = "bench-statements:1"
 TYPE = "bench"
@@ -94,19 +93,12 @@ def _completions(claimed: Sequence[tuple[int, int]]) -> list[Completion]:
     ]
 
 
-def _columns(results: Sequence[Completion]) -> list[list[Any]]:
-    """complete_runs' array parameters ($1..$15), rows sorted by run id as Store sends them."""
-    if not results:
-        return [[] for _ in fields(Completion)]
-    rows = [astuple(c) for c in sorted(results, key=lambda c: c.run_id)]
-    return [list(col) for col in zip(*rows, strict=True)]
-
-
 Claimed = list[tuple[int, int, Any]]  # (run id, lease token, run_after)
 
 
 async def step(
     pool: asyncpg.Pool,
+    store: Store,
     variant: str,
     batch: int,
     pending: list[tuple[int, int]],
@@ -116,9 +108,9 @@ async def step(
     of `pending` it recorded."""
     after = [None if cursor is None else cursor[0]], [None if cursor is None else cursor[1]]
     claim_args = ([TYPE], batch, OWNER, 60.0, None, 0.0, 60.0, *after)
-    store = Store(pool)
     if variant == "merged":
-        rows = await pool.fetch(MERGED, *claim_args, *_columns(_completions(pending)), OWNER)
+        results = completion_columns(_completions(pending))
+        rows = await pool.fetch(MERGED, *claim_args, *results, OWNER)
         recorded = set(rows[0]["recorded"] or [])  # one row at least (the RIGHT JOIN)
         return [(r["id"], r["lease_token"], r["run_after"]) for r in rows if r["id"]], recorded
     if variant == "lean-claim":
@@ -141,11 +133,12 @@ async def drain(dsn: str, variant: str, runs: int, batch: int) -> dict[str, Any]
     pool = await create_pool(dsn, min_size=1, max_size=1, generic_plans=True)
     try:
         backend = psutil.Process(await pool.fetchval("SELECT pg_backend_pid()"))
+        store = Store(pool)
         before = backend.cpu_times()
         pending: list[tuple[int, int]] = []
         cursor: tuple[Any, int] | None = None
         while True:
-            claimed, recorded = await step(pool, variant, batch, pending, cursor)
+            claimed, recorded = await step(pool, store, variant, batch, pending, cursor)
             if {run_id for run_id, _ in pending} - recorded:
                 raise RuntimeError(f"{variant}: a result was not recorded")
             # While claims come back full, read on after the last one (claimer.py's cursor).

@@ -215,8 +215,7 @@ class Store(History):
         """
         if not results:
             return set()
-        ordered = sorted(results, key=_RUN_ID)
-        cols = [list(c) for c in zip(*map(_COMPLETION_COLUMNS, ordered), strict=True)]
+        cols = completion_columns(results)
         if any(c.status is not RunStatus.SUCCEEDED for c in results):
             return await self.complete_runs_with_events(cols, owner)
         # Successes only: the lighter statement (only job_recovered can follow; measured:
@@ -450,8 +449,19 @@ class Completion:
         return replace(self, error=error, stdout_tail=None, stderr_tail=None)
 
 
-_COMPLETION_COLUMNS = attrgetter(*(f.name for f in fields(Completion)))
+_COMPLETION_FIELDS = tuple(f.name for f in fields(Completion))
+_COMPLETION_COLUMNS = attrgetter(*_COMPLETION_FIELDS)
 _RUN_ID = attrgetter("run_id")
+
+
+def completion_columns(results: Sequence[Completion]) -> list[list[Any]]:
+    """complete_runs' array parameters ($1..$15, one per Completion field), rows sorted by
+    run id (complete_runs: one lock order); one empty array each when there are none."""
+    if not results:
+        return [[] for _ in _COMPLETION_FIELDS]
+    ordered = sorted(results, key=_RUN_ID)
+    return [list(c) for c in zip(*map(_COMPLETION_COLUMNS, ordered), strict=True)]
+
 
 # The job columns in the parameter order of insert_job ($1..) and update_job ($2..), then
 # the exit policy's three, then NOTIFY_COLUMNS.
