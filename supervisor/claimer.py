@@ -236,7 +236,10 @@ class Claimer(Loop):
         open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
         if not open_types:
             return replace(done, next_in=self.interval)
-        due_in = await self.store.next_due_in(open_types, self.ahead)
+        # A run can enter the window between the claim's snapshot and this statement's (the
+        # claim came up empty a few ms too soon): look back to when the claim was sent.
+        since = time.monotonic() - sent_at
+        due_in = await self.store.next_due_in(open_types, self.ahead, since)
         if due_in is None:
             return replace(done, next_in=self.interval)
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))

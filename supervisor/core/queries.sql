@@ -437,7 +437,9 @@ ORDER BY c.run_after, c.id;
 -- name: next_due_in
 -- Seconds until the next claimable run of these types comes within $2 (claim_ahead) of
 -- its instant. Runs nearer than that which the claim left behind are locked by another
--- host or blocked by overlap; a NOTIFY wakes us.
+-- host or blocked by overlap; a NOTIFY wakes us. $3: seconds since the claim was sent, so
+-- a run that entered the window after the claim's snapshot (and before this statement's)
+-- counts as due now rather than passed over until the poll interval.
 -- Per type, the first in run_after order (runs_claimable_by_type), its job looked up by key
 -- (OFFSET 0, as in claim_runs): the generic plan of a min() over a join, made while the
 -- tables were small, scanned every job of the type for each due run (2.1 s with 5,000 runs
@@ -448,7 +450,7 @@ CROSS JOIN LATERAL (
     FROM runs r
     CROSS JOIN LATERAL (SELECT paused, deleted_at FROM jobs j WHERE j.id = r.job_id OFFSET 0) j
     WHERE r.type = t.type AND r.status IN ('scheduled', 'failed')
-      AND r.run_after > now() + make_interval(secs => $2::float8)
+      AND r.run_after > now() + make_interval(secs => $2::float8 - $3::float8)
       AND (NOT j.paused OR r.trigger = 'manual') AND j.deleted_at IS NULL
     ORDER BY r.run_after
     LIMIT 1

@@ -188,9 +188,13 @@ class Store(History):
         )  # fmt: skip
         return [Claim.from_row(r) for r in rows]
 
-    async def next_due_in(self, types: Sequence[str], ahead: float = 0.0) -> float | None:
-        """Seconds until the next run of these types is claimable with `ahead`."""
-        return cast(float | None, await self._fetchval("next_due_in", list(types), ahead))
+    async def next_due_in(
+        self, types: Sequence[str], ahead: float = 0.0, since: float = 0.0
+    ) -> float | None:
+        """Seconds until the next run of these types is claimable with `ahead`, counting the
+        runs that came within the window in the last `since` seconds (after a claim sent
+        that long ago could see them) as due now (≤ 0)."""
+        return cast(float | None, await self._fetchval("next_due_in", list(types), ahead, since))
 
     async def write_live_tails(self, rows: Sequence[tuple[int, int, int, str, str]]) -> None:
         """(run_id, attempt, lease_token, stdout, stderr) of running attempts, by run id."""

@@ -8,18 +8,20 @@ import asyncio
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from supervisor.claimer import Claimer
 from supervisor.core import jobs, runs
+from supervisor.core.records import Claim
 from supervisor.core.store import Store
 from supervisor.executor import HOLD_AFTER, HOLD_BEFORE
 from supervisor.heartbeater import Heartbeater
 from supervisor.inflight import Phase
 from supervisor.planner import MAX_HOLD, Planner
 
-from ..factory import LIMITS, attempts, due_run, make_jobs_due, run_row, sql, status
+from ..factory import LIMITS, attempts, due_run, make_jobs_due, run_row, sql, sql_value, status
 from ..helpers import job, wait_for
 from .test_lost_replies import TTL
 from .test_services import RecordingSlots, _claimer, _running_executor
@@ -77,6 +79,42 @@ async def test_the_claimer_wakes_a_window_before_the_next_instant(store: Store) 
 async def _claimed(claimer: Claimer, slots: RecordingSlots) -> bool:
     await claimer.run_once()
     return bool(slots.started)
+
+
+async def test_a_run_entering_the_window_just_after_an_empty_claim_is_claimed_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim comes up empty just before a run enters the window (a retry due 0.25 s
+    after the completion whose NOTIFY woke the claimer): the claimer must claim again at
+    once, not sleep its poll interval because the run is inside the window by then."""
+    run_id = await _due_in(store, "edge", 1.0)
+    slots = RecordingSlots(free=4)
+    claimer = _claimer(store, slots)
+    claimer.ahead = 0.5
+    claim_runs = store.claim_runs
+
+    async def claim_then_time_passes(*args: Any, **kw: Any) -> list[Claim]:
+        got = await claim_runs(*args, **kw)
+        await wait_for(lambda: _in_window(store, run_id, claimer.ahead), 5, "the window")
+        return got
+
+    monkeypatch.setattr(store, "claim_runs", claim_then_time_passes)
+    first = await claimer.run_once()
+    assert (first.claimed, first.next_in) == (0, 0.0)
+    monkeypatch.undo()
+    assert (await claimer.run_once()).claimed == 1
+    assert [r.id for r in slots.started] == [run_id]
+
+
+async def _in_window(store: Store, run_id: int, ahead: float) -> bool:
+    return bool(
+        await sql_value(
+            store,
+            "SELECT run_after <= now() + make_interval(secs => $2) FROM runs WHERE id = $1",
+            run_id,
+            ahead,
+        )
+    )
 
 
 async def test_a_child_claimed_ahead_starts_at_its_instant_never_before(store: Store) -> None:

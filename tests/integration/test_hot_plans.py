@@ -341,7 +341,7 @@ def _hot_args(name: str, ids: list[int]) -> tuple[Any, ...]:
     completion = _completion_args(ids)
     return {
         "claim_runs": _CLAIM,
-        "next_due_in": (["a"], 0.0),
+        "next_due_in": (["a"], 0.0, 0.0),
         "skip_missed_runs": (60.0, 10, None, None, 10),
         "renew_leases": (ids, ones, 30.0, "me"),
         "write_live_tails": (ids, ones, ones, ["out"] * n, ["err"] * n),
