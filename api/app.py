@@ -32,6 +32,10 @@ from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
 
 log = logging.getLogger("punchclock.api")
+# The longest request line served (aiohttp's default is 8190 bytes): a URL with every query
+# parameter at its documented maxLength, percent-encoded, fits, so an over-long value gets
+# the 422 that names it rather than the HTTP layer's bare 400.
+MAX_REQUEST_LINE = 64 * 1024
 
 
 @web.middleware
@@ -110,7 +114,9 @@ async def serve(
         metrics = Metrics("api")
         routes = [*(extra_routes or []), *observability_routes(pool, cfg.ready_max_lag, metrics)]
         app = create_app(cfg, Store(pool), extra_routes=routes)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, max_line_size=MAX_REQUEST_LINE
+        )
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
         urls = [_url(addr) for addr in runner.addresses]

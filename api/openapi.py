@@ -20,8 +20,10 @@ from api.openapi_schemas import (
     PAYLOAD,
     SCHEMAS,
     STR,
+    TEXT,
     TIME,
     TYPE,
+    ZONE,
     J,
     enum,
     null,
@@ -36,7 +38,10 @@ routes = web.RouteTableDef()
 # ---------------------------------------------------------------- operations
 
 ERRORS = {
-    400: "malformed JSON",
+    # Any request: the HTTP layer answers a request line or header over its limit (app.py
+    # MAX_REQUEST_LINE; 8 KiB for a header) or broken HTTP with a plain-text 400.
+    400: "malformed request: a body that is not JSON (a problem), or a request line or header"
+    " over the server's limit (text/plain)",
     401: "no or unknown bearer token",
     403: "the token's role may not do this",
     404: "not found",
@@ -55,11 +60,11 @@ def responses(ok: dict[int, tuple[str, J]], *errors: int, links: J | None = None
     if links:
         for code in ok:
             out[str(code)]["links"] = links
-    for code in sorted({401, 403, 422, 503, *errors}):
-        out[str(code)] = {
-            "description": ERRORS[code],
-            "content": {"application/problem+json": {"schema": ref("Problem")}},
-        }
+    for code in sorted({400, 401, 403, 422, 503, *errors}):
+        content: J = {"application/problem+json": {"schema": ref("Problem")}}
+        if code == 400:
+            content["text/plain"] = {"schema": STR}
+        out[str(code)] = {"description": ERRORS[code], "content": content}
     return out
 
 
@@ -73,7 +78,7 @@ def page(item: str, key: str) -> J:
 
 PATH_ID = param("id", "path", ID, "the id", required=True)
 LIMIT = param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size")
-CURSOR = param("cursor", "query", STR, "next_cursor of the previous page (same filters)")
+CURSOR = param("cursor", "query", TEXT, "next_cursor of the previous page (same filters)")
 UPCOMING = param(
     "upcoming",
     "query",
@@ -286,8 +291,8 @@ PATHS: J = {
         "get": {
             "operationId": "previewSchedule",
             "parameters": [
-                param("cron", "query", STR, "the cron expression", required=True),
-                param("timezone", "query", STR, "IANA zone (default UTC)"),
+                param("cron", "query", TEXT, "the cron expression", required=True),
+                param("timezone", "query", ZONE, "IANA zone (default UTC)"),
                 param(
                     "count", "query", {"type": "integer", "minimum": 1, "maximum": 100}, "how many"
                 ),

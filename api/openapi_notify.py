@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from api.openapi_schemas import BOOL, EVENTS, ID, INT, NAME, NUM, STR, TIME, J, null, obj, ref
+from api.openapi_schemas import BOOL, EVENTS, ID, INT, NAME, NUM, STR, TEXT, TIME, J, null, obj, ref
 from supervisor.core.events import FORMATS, Event
 
 CHANNEL_FIELDS: J = {
@@ -113,7 +113,7 @@ def paths(responses: Callable[..., J], param: Callable[..., J], body: Callable[.
     path_id = param("id", "path", ID, "the channel id", required=True)
     ok = ("the channel", ref("Channel"))
     limit = param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size")
-    cursor = param("cursor", "query", STR, "next_cursor of the previous page (same filters)")
+    cursor = param("cursor", "query", TEXT, "next_cursor of the previous page (same filters)")
     many: dict[str, Any] = {"style": "form", "explode": True}
     return {
         "/v1/channels": {

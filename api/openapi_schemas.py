@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.params import MAX_TEXT, MAX_ZONE
 from supervisor.core.events import SUBSCRIBABLE
 from supervisor.core.exitpolicy import NAMED
 from supervisor.core.limits import MAX_CONCURRENT
@@ -22,6 +23,10 @@ from supervisor.core.model import (
 )
 
 J = dict[str, Any]
+# A free-text query parameter: the server refuses a longer one (422), so a client keeps URLs
+# far below the server's request-line limit (api/app.py MAX_REQUEST_LINE).
+TEXT: J = {"type": "string", "maxLength": MAX_TEXT}
+ZONE: J = {"type": "string", "maxLength": MAX_ZONE}
 NAME = f"^{NAME_PATTERN}$"
 TYPE = f"^{TYPE_PATTERN}$"
 

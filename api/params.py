@@ -18,6 +18,9 @@ from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.jobspec import checked_instant
 from supervisor.core.model import MAX_ID
 
+MAX_TEXT = 1000  # characters of a free-text query parameter (cron, cursor)
+MAX_ZONE = 100  # characters of a time zone name
+
 
 class Query:
     """The query string of one request, checked against the names a handler accepts."""
@@ -53,7 +56,7 @@ class Query:
             return None
         return value
 
-    def text(self, name: str, max_length: int = 1000) -> str | None:
+    def text(self, name: str, max_length: int = MAX_TEXT) -> str | None:
         value = self._raw(name)
         if value is not None and (len(value) > max_length or "\x00" in value):
             self.errors.append(InvalidSpec(name, f"must be at most {max_length} characters"))

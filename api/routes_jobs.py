@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor, views
-from api.params import NO_BODY, Query, no_query, path_id, read_json
+from api.params import MAX_ZONE, NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
 from supervisor.core import jobs, runs, schedule
 from supervisor.core.channels import notifications
@@ -144,7 +144,7 @@ async def backfill_job(request: web.Request) -> web.Response:
 async def preview(request: web.Request) -> web.Response:
     q = Query(request, {"cron", "timezone", "count", "after"})
     expression = q.text("cron")
-    zone = q.text("timezone", 100) or "UTC"
+    zone = q.text("timezone", MAX_ZONE) or "UTC"
     count = q.integer("count", 1, PREVIEW_MAX, 10)
     after = q.instant("after")
     q.done()
