@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
@@ -136,6 +138,23 @@ def run_schemathesis(
         assert proc.proc.poll() is None, "the API process survived the run"
     assert result.returncode == 0, _st_failures(result.stdout) + result.stderr[-2000:]
     assert "passed" in result.stdout
+
+
+def http(
+    url: str, method: str = "GET", token: str | None = None, body: Any = None
+) -> tuple[int, str, bytes]:
+    """One request to a live API process over urllib: (status, content type, body). An
+    error status is returned like any other, not raised."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.headers.get_content_type(), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get_content_type(), exc.read()
 
 
 def _st_failures(out: str) -> str:

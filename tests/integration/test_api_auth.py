@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from api.auth import Tokens, check_exposure
 from supervisor.core.config import ConfigError
 from supervisor.core.store import Store
 
-from ..api_support import ADMIN, READER, TOKENS, api_client, api_process
+from ..api_support import ADMIN, READER, TOKENS, api_client, api_process, http
 from ..factory import count
 
 JOB = {"name": "n1", "type": "echo", "cron": "* * * * *"}
@@ -90,16 +88,8 @@ def test_exposure_rules() -> None:
 def _call(
     url: str, method: str = "GET", token: str | None = None, body: Any = None
 ) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    status, _, raw = http(url, method, token, body)
+    return status, json.loads(raw)
 
 
 def test_api_process_serves_with_tokens_and_never_logs_them(dsn: str) -> None:

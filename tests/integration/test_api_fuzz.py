@@ -13,8 +13,6 @@ import json
 import os
 import random
 import textwrap
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +28,7 @@ from supervisor.core import jobspec
 from supervisor.core.runs import RunFilters
 from supervisor.core.store import Store
 
-from ..api_support import api_process, run_schemathesis
+from ..api_support import api_process, http, run_schemathesis
 from ..factory import count, insert_runs, job_row
 from ..helpers import job
 
@@ -221,25 +219,17 @@ def test_long_urls_are_422_naming_the_field_and_longer_lines_a_documented_400(
     with api_process(dsn, "--listen", "127.0.0.1:0") as proc:
         url = proc.url()
         # 1001 four-byte characters: 12 KB percent-encoded, over aiohttp's default limit.
-        status, ctype, body = _get(url + "/v1/runs?cursor=" + quote("\U0001f600" * 1001))
+        status, ctype, body = http(url + "/v1/runs?cursor=" + quote("\U0001f600" * 1001))
         assert (status, ctype) == (422, PROBLEM_JSON), body
         assert [e["field"] for e in json.loads(body)["errors"]] == ["cursor"]
-        status, ctype, _ = _get(url + "/v1/schedule/preview?cron=" + quote("\u00e9" * 1000))
+        status, ctype, _ = http(url + "/v1/schedule/preview?cron=" + quote("\u00e9" * 1000))
         assert (status, ctype) == (422, PROBLEM_JSON)  # reached parse_cron: not a cron line
-        status, ctype, _ = _get(url + "/v1/workers?x=" + "a" * MAX_REQUEST_LINE)
+        status, ctype, _ = http(url + "/v1/workers?x=" + "a" * MAX_REQUEST_LINE)
         assert (status, ctype) == (400, "text/plain")
         documented = document()["paths"]["/v1/workers"]["get"]["responses"]["400"]["content"]
         assert "text/plain" in documented
-        assert _get(url + "/v1/workers")[0] == 200
+        assert http(url + "/v1/workers")[0] == 200
         assert proc.proc.poll() is None
-
-
-def _get(url: str) -> tuple[int, str, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.headers.get_content_type(), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get_content_type(), exc.read()
 
 
 async def test_hostile_ids_are_not_found(api: Client, store: Store) -> None:
