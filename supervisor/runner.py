@@ -1,7 +1,8 @@
 """Child processes: start one (spawn.py) with the payload on stdin, watch exit via pidfd,
 keep output tails (output.py), TERM→grace→KILL the whole tree (tree.py), report rusage.
 Output pipes are read at exit, or watched once the child has run for _WATCH_AFTER: a child
-that ends sooner (most do) costs the event loop its pidfd alone.
+that ends sooner (most do) costs the event loop its pidfd alone, and no timer of its own
+(_Nursery: one timer for every young child; the timeout is armed when the watch starts).
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import time
 import uuid
+import weakref
+from collections import deque
 from typing import TYPE_CHECKING
 
 from supervisor import cgroups, tree
@@ -36,10 +39,53 @@ _POLL_MAX = 0.1
 # A child still running this long gets its output pipes watched (before, a chatty one may
 # wait up to this long on a full 64 KiB pipe); one that exits sooner is read at exit.
 _WATCH_AFTER = 0.025
+_NURSERY_SLACK = 0.001  # a timer may run this early (the loop's clock resolution)
 _DRAIN_READS = 16  # reads of a pipe at exit before it is watched instead
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
 _SEQUENCE = itertools.count()
 _log = logging.getLogger("punchclock.runner")
+
+
+class _Nursery:
+    """The children of one event loop in their first _WATCH_AFTER seconds, in start order,
+    behind one timer: most exit within it and so never cost a timer of their own (a timer
+    and its cancellation each, for the output watch and the timeout, were a tenth of the
+    runner's Python calls per child)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._young: deque[Child] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, child: Child) -> None:
+        self._young.append(child)
+        if self._timer is None:
+            self._arm(child)
+
+    def _arm(self, child: Child) -> None:
+        self._timer = self._loop.call_at(child.started_monotonic + _WATCH_AFTER, self._grow)
+
+    def _grow(self) -> None:
+        self._timer = None
+        young = self._young
+        until = self._loop.time() - _WATCH_AFTER + _NURSERY_SLACK
+        while young:
+            if young[0].started_monotonic > until:
+                self._arm(young[0])
+                return
+            young.popleft()._grown()
+
+
+_NURSERIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Nursery] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _nursery(loop: asyncio.AbstractEventLoop) -> _Nursery:
+    nursery = _NURSERIES.get(loop)
+    if nursery is None:
+        nursery = _NURSERIES[loop] = _Nursery(loop)
+    return nursery
 
 
 class Child:
@@ -78,12 +124,12 @@ class Child:
         self._ended = self.started_monotonic
         self._exited: asyncio.Future[None] = self._loop.create_future()
         self._done: asyncio.Future[ChildResult] = self._loop.create_future()
-        self._wake = asyncio.Event()  # set on exit and when a kill deadline moves closer
+        self._wake: asyncio.Event | None = None  # made when a kill waits; set on exit and
+        # when a kill deadline moves closer
         self._tails: list[Tail] = []
         self._stop: tuple[ChildEnd, str] | None = None  # (outcome, error) of the first kill request
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._watcher: asyncio.TimerHandle | None = None  # _watch_output, until exit
         self._settling = False  # the tree is gone; only the pipes may still be open
         self._group_gone = False
         # Strong references: the event loop keeps only weak ones to tasks.
@@ -181,12 +227,9 @@ class Child:
             tail = Tail(file, spec.output_limit)
             os.set_blocking(tail.fd, False)
             self._tails.append(tail)
-        self._watcher = self._loop.call_later(_WATCH_AFTER, self._watch_output)
-        if spec.timeout is not None:
-            error = f"timed out after {spec.timeout:g}s"
-            self._timer = self._loop.call_later(
-                spec.timeout, self._request_stop, ChildEnd.TIMED_OUT, error, None
-            )
+        if spec.timeout is not None and spec.timeout <= _WATCH_AFTER:
+            self._arm_timeout(spec.timeout)
+        _nursery(self._loop).add(self)
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except OSError:  # no pidfds (kernel < 5.3, some seccomp profiles): poll instead
@@ -194,11 +237,21 @@ class Child:
         else:
             self._loop.add_reader(self._pidfd, self._reap)
 
-    def _watch_output(self) -> None:
-        """The child runs on: read its output as it comes (and the live tail with it)."""
-        self._watcher = None
+    def _grown(self) -> None:
+        """It has run for _WATCH_AFTER: read its output as it comes (and the live tail with
+        it), and arm its timeout."""
+        if self._exited.done():
+            return
         for tail in self._tails:
             self._watch(tail)
+        if self._timer is None and self.spec.timeout is not None:
+            self._arm_timeout(self.spec.timeout)
+
+    def _arm_timeout(self, timeout: float) -> None:
+        error = f"timed out after {timeout:g}s"
+        self._timer = self._loop.call_at(
+            self.started_monotonic + timeout, self._request_stop, ChildEnd.TIMED_OUT, error, None
+        )
 
     def _watch(self, tail: Tail) -> None:
         if not tail.watched and not tail.file.closed:
@@ -265,13 +318,12 @@ class Child:
             self._pidfd = -1
         if self._timer is not None:
             self._timer.cancel()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
+            self._timer = None
         for tail in self._tails:
             self._drain(tail)
         self._exited.set_result(None)
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
         if self._killer is not None:
             return  # it settles once it has killed what is left
         if self.cgroup is not None:
@@ -309,7 +361,8 @@ class Child:
             self._killer = self._loop.create_task(self._terminate())
         elif deadline < self._deadline:  # a more urgent request shortens the grace
             self._deadline = deadline
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
 
     async def _terminate(self) -> None:
         """TERM the group, allow it until self._deadline, then KILL it (and on kill() or
@@ -370,6 +423,8 @@ class Child:
     async def _await_group_gone(self) -> bool:
         """Wait until nothing alive is left in the group, or self._deadline passes."""
         poll = 0.005
+        if self._wake is None:
+            self._wake = asyncio.Event()
         while True:
             self._wake.clear()
             if not await self._group_alive():
