@@ -264,6 +264,20 @@ async def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
     assert processes_with(CHILD_ID_ENV, child.child_id) == []
 
 
+@pytest.mark.parametrize("timeout", [0.01, 0.3])
+async def test_a_timeout_holds_whether_it_ends_before_or_after_the_output_watch(
+    timeout: float,
+) -> None:
+    # Young children share one timer; a child's own timeout timer is armed when that one
+    # fires (25 ms after the start), or at once when the timeout is shorter. Either way the
+    # timeout counts from the start: never early, and not waited out.
+    result = await run(["sleep", "30"], timeout=timeout, kill_grace=1.0)
+    assert result.outcome == "timed_out"
+    assert result.error == f"timed out after {timeout:g}s"
+    assert result.signal == signal.SIGTERM
+    assert timeout <= result.duration < 10
+
+
 async def test_kill_without_grace_is_immediate(tmp_path: Path) -> None:
     child = await Child.spawn(
         spec(["sh", "-c", f'trap "" TERM; touch {tmp_path}/ready; sleep 1000'], kill_grace=60)
