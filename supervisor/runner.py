@@ -124,8 +124,8 @@ class Child:
         self._ended = self.started_monotonic
         self._exited: asyncio.Future[None] = self._loop.create_future()
         self._done: asyncio.Future[ChildResult] = self._loop.create_future()
-        self._wake: asyncio.Event | None = None  # made when a kill waits; set on exit and
-        # when a kill deadline moves closer
+        # Made when a kill waits; set on exit and when a kill deadline moves closer.
+        self._wake: asyncio.Event | None = None
         self._tails: list[Tail] = []
         self._stop: tuple[ChildEnd, str] | None = None  # (outcome, error) of the first kill request
         self._deadline = 0.0

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from supervisor.local.pgbin import _as_user, _server_user, find_bindir
 from supervisor.local.pgserver import LocalPostgres
 from supervisor.local.plumbing import LoggedProcess
 
+from ..api_support import http
 from ..helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,10 +272,7 @@ def read_pids(path: Path) -> list[int]:
 def readyz(port: int) -> int:
     """The HTTP status of a supervisor's /readyz, 0 when it does not answer (blocking)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return http(f"http://127.0.0.1:{port}/readyz")[0]
     except OSError:
         return 0
 

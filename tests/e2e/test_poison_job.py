@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 from pathlib import Path
 
 from supervisor.core import jobs
 from supervisor.core.store import Store
 
+from ..api_support import http
 from ..factory import delete_runs, set_job
 from ..helpers import job, wait_for
 from .procs import Cluster, free_port
@@ -19,11 +19,7 @@ from .scenario import LIMITS, all_in, create_runs
 
 
 def _readyz(port: int) -> dict[str, object]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
-            return dict(json.load(resp))
-    except urllib.error.HTTPError as exc:
-        return dict(json.load(exc))
+    return dict(json.loads(http(f"http://127.0.0.1:{port}/readyz")[2]))
 
 
 async def test_an_unplannable_job_is_skipped_and_reported(

@@ -8,30 +8,24 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
 
 from supervisor.core.store import Store
 
+from ..api_support import http
 from ..factory import count
 from ..helpers import wait_for
 from .procs import ROOT, free_port
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
-    req = urllib.request.Request(url)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, {}
+        status, _, raw = http(url, token=token)
     except OSError:  # not listening yet
         return 0, {}
+    return status, json.loads(raw) if status < 400 else {}
 
 
 def _start_up(dsn: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
