@@ -2,7 +2,8 @@
 keep output tails (output.py), TERM→grace→KILL the whole tree (tree.py), report rusage.
 Output pipes are read at exit, or watched once the child has run for _WATCH_AFTER: a child
 that ends sooner (most do) costs the event loop its pidfd alone, and no timer of its own
-(_Nursery: one timer for every young child; the timeout is armed when the watch starts).
+(_Watch: one timer for every young child; the timeout is armed when the watch starts; one
+epoll set of their pidfds).
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import itertools
 import logging
 import os
 import resource
+import select
 import signal
 import subprocess
 import time
 import uuid
-import weakref
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -46,16 +47,25 @@ _SEQUENCE = itertools.count()
 _log = logging.getLogger("punchclock.runner")
 
 
-class _Nursery:
-    """The children of one event loop in their first _WATCH_AFTER seconds, in start order,
-    behind one timer: most exit within it and so never cost a timer of their own (a timer
-    and its cancellation each, for the output watch and the timeout, were a tenth of the
-    runner's Python calls per child)."""
+class _Watch:
+    """What one event loop keeps for all its children.
+
+    The young (their first _WATCH_AFTER seconds), in start order, behind one timer: most exit
+    within it and so never cost a timer of their own (a timer and its cancellation each, for
+    the output watch and the timeout, were a tenth of the runner's Python calls per child).
+
+    Their pidfds, in an epoll set of our own that the loop watches as one reader: adding a
+    child is one epoll_ctl, closing its pidfd takes it out, and the exits found at one
+    wake-up are reaped together (the loop's add_reader and remove_reader cost 6.3 µs per
+    child against 0.8).
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
         self._young: deque[Child] = deque()
         self._timer: asyncio.TimerHandle | None = None
+        self._epoll = select.epoll()
+        self._exiting: dict[int, Child] = {}  # pidfd -> its child
+        loop.add_reader(self._epoll.fileno(), self._exited)
 
     def add(self, child: Child) -> None:
         self._young.append(child)
@@ -63,29 +73,60 @@ class _Nursery:
             self._arm(child)
 
     def _arm(self, child: Child) -> None:
-        self._timer = self._loop.call_at(child.started_monotonic + _WATCH_AFTER, self._grow)
+        self._timer = child._loop.call_at(child.started_monotonic + _WATCH_AFTER, self._grow)
 
     def _grow(self) -> None:
         self._timer = None
         young = self._young
-        until = self._loop.time() - _WATCH_AFTER + _NURSERY_SLACK
+        until = time.monotonic() - _WATCH_AFTER + _NURSERY_SLACK  # the loop's clock
         while young:
             if young[0].started_monotonic > until:
                 self._arm(young[0])
                 return
             young.popleft()._grown()
 
+    def watch_exit(self, pidfd: int, child: Child) -> None:
+        self._epoll.register(pidfd, select.EPOLLIN)
+        self._exiting[pidfd] = child
 
-_NURSERIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Nursery] = (
-    weakref.WeakKeyDictionary()
-)
+    def forget_exit(self, pidfd: int) -> None:
+        """Before the pidfd is closed (its number may be reused at once)."""
+        del self._exiting[pidfd]
+        self._epoll.unregister(pidfd)
+
+    def _exited(self) -> None:
+        for pidfd, _ in self._epoll.poll(0, 64):  # level-triggered: the rest come next time
+            child = self._exiting.get(pidfd)
+            if child is None:
+                continue
+            try:
+                child._reap()
+            except Exception as exc:  # as the loop reports a failed reader callback
+                child._loop.call_exception_handler(
+                    {"message": "reaping a child failed", "exception": exc}
+                )
 
 
-def _nursery(loop: asyncio.AbstractEventLoop) -> _Nursery:
-    nursery = _NURSERIES.get(loop)
-    if nursery is None:
-        nursery = _NURSERIES[loop] = _Nursery(loop)
-    return nursery
+_own_peak = 0  # this process's peak RSS in bytes, as last read
+
+
+def _inherited_peak(rss: int) -> bool:
+    """Whether a child's peak RSS is no more than ours: a vfork child reports its parent's
+    peak, not its own. Ours only grows, so it is read again only when `rss` is above the
+    last reading (not once per child)."""
+    global _own_peak
+    if rss > _own_peak:
+        _own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return rss <= _own_peak
+
+
+def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    """The loop's _Watch, kept on the loop itself: it is collected with the loop (a
+    WeakKeyDictionary's value would keep its loop alive through the timer and children)."""
+    watch: _Watch | None = loop.__dict__.get("_punchclock_watch")
+    if watch is None:
+        watch = loop.__dict__["_punchclock_watch"] = _Watch(loop)
+    return watch
 
 
 class Child:
@@ -229,13 +270,14 @@ class Child:
             self._tails.append(tail)
         if spec.timeout is not None and spec.timeout <= _WATCH_AFTER:
             self._arm_timeout(spec.timeout)
-        _nursery(self._loop).add(self)
+        watch = _watch(self._loop)
+        watch.add(self)
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except OSError:  # no pidfds (kernel < 5.3, some seccomp profiles): poll instead
             self._helper = self._loop.create_task(self._poll_exit())
         else:
-            self._loop.add_reader(self._pidfd, self._reap)
+            watch.watch_exit(self._pidfd, self)
 
     def _grown(self) -> None:
         """It has run for _WATCH_AFTER: read its output as it comes (and the live tail with
@@ -313,7 +355,7 @@ class Child:
             self._popen.returncode = returncode
         self._ended = time.monotonic()
         if self._pidfd >= 0:
-            self._loop.remove_reader(self._pidfd)
+            _watch(self._loop).forget_exit(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
         if self._timer is not None:
@@ -504,7 +546,7 @@ class Child:
         cpu = rss = None
         if (usage := self._rusage) is not None:
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
-            if rss <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024:
+            if _inherited_peak(rss):
                 rss = None
         if self.cgroup is not None:  # the whole tree's, not only the direct child's
             cg_cpu, cg_peak = self._usage
