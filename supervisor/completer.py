@@ -21,7 +21,7 @@ BATCH = 500
 # A batch waits this long for more results: one statement (and one commit) for several runs.
 # 2 ms took PostgreSQL's CPU per run from 0.22-0.26 to 0.18-0.20 ms in 4,000-run drains; 20 ms
 # took it another 8-15 % lower (0.442-0.494 of the children's CPU against 0.516-0.537), and
-# the machine's 3-6 %. The slot is free meanwhile; only the run's row stays 'running' longer.
+# the machine's 1-6 %. The slot is free meanwhile; only the run's row stays 'running' longer.
 COALESCE = 0.02
 
 log = logging.getLogger("punchclock.completer")
