@@ -2,8 +2,8 @@
 keep output tails (output.py), TERM→grace→KILL the whole tree (tree.py), report rusage.
 Output pipes are read at exit, or watched once the child has run for _WATCH_AFTER: a child
 that ends sooner (most do) costs the event loop its pidfd alone, and no timer of its own
-(_Watch: one timer for every young child; the timeout is armed when the watch starts; one
-epoll set of their pidfds).
+(_Watch: one timer for every young child, whose timeout is armed when its output watch
+starts; one epoll set of all the children's pidfds).
 Deciding what a result means for a run (retries, fencing) belongs to the services, not here."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _POLL_MAX = 0.1
 # A child still running this long gets its output pipes watched (before, a chatty one may
 # wait up to this long on a full 64 KiB pipe); one that exits sooner is read at exit.
 _WATCH_AFTER = 0.025
-_NURSERY_SLACK = 0.001  # a timer may run this early (the loop's clock resolution)
+_YOUNG_SLACK = 0.001  # a timer may run this early (the loop's clock resolution)
 _DRAIN_READS = 16  # reads of a pipe at exit before it is watched instead
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
 _SEQUENCE = itertools.count()
@@ -55,8 +55,8 @@ class _Watch:
     the output watch and the timeout, were a tenth of the runner's Python calls per child).
 
     Their pidfds, in an epoll set of our own that the loop watches as one reader: adding a
-    child is one epoll_ctl, closing its pidfd takes it out, and the exits found at one
-    wake-up are reaped together (the loop's add_reader and remove_reader cost 6.3 µs per
+    child is one epoll_ctl and forgetting it another, and the exits found at one wake-up
+    are reaped together (the loop's add_reader and remove_reader cost 6.3 µs per
     child against 0.8).
     """
 
@@ -65,7 +65,7 @@ class _Watch:
         self._timer: asyncio.TimerHandle | None = None
         self._epoll = select.epoll()
         self._exiting: dict[int, Child] = {}  # pidfd -> its child
-        loop.add_reader(self._epoll.fileno(), self._exited)
+        loop.add_reader(self._epoll.fileno(), self._reap_exited)
 
     def add(self, child: Child) -> None:
         self._young.append(child)
@@ -78,7 +78,7 @@ class _Watch:
     def _grow(self) -> None:
         self._timer = None
         young = self._young
-        until = time.monotonic() - _WATCH_AFTER + _NURSERY_SLACK  # the loop's clock
+        until = time.monotonic() - _WATCH_AFTER + _YOUNG_SLACK  # the loop's clock
         while young:
             if young[0].started_monotonic > until:
                 self._arm(young[0])
@@ -94,7 +94,7 @@ class _Watch:
         del self._exiting[pidfd]
         self._epoll.unregister(pidfd)
 
-    def _exited(self) -> None:
+    def _reap_exited(self) -> None:
         for pidfd, _ in self._epoll.poll(0, 64):  # level-triggered: the rest come next time
             child = self._exiting.get(pidfd)
             if child is None:

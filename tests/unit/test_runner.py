@@ -405,31 +405,28 @@ async def test_peak_rss_grows_with_allocation() -> None:
     assert big.peak_rss_bytes is not None and big.peak_rss_bytes >= 300 << 20
 
 
-async def test_many_concurrent_children_leak_no_fds() -> None:
-    def open_fds() -> int:
-        gc.collect()  # earlier tests' closed loops close their epoll sets when collected
-        return len(os.listdir("/proc/self/fd"))
+def _open_fds() -> int:
+    gc.collect()  # earlier tests' closed loops close their epoll sets when collected
+    return len(os.listdir("/proc/self/fd"))
 
+
+async def test_many_concurrent_children_leak_no_fds() -> None:
     await (await Child.spawn(spec(["true"]))).wait()  # the loop's own epoll set of pidfds
-    before = open_fds()
+    before = _open_fds()
     children = await asyncio.gather(*(Child.spawn(spec(["true"])) for _ in range(200)))
     results = await asyncio.gather(*(c.wait() for c in children))
     assert [r.outcome for r in results] == ["succeeded"] * 200
-    assert open_fds() == before
+    assert _open_fds() == before
 
 
 def test_a_closed_event_loop_leaves_no_fd_behind() -> None:
-    def open_fds() -> int:
-        gc.collect()  # earlier tests' closed loops close their epoll sets when collected
-        return len(os.listdir("/proc/self/fd"))
-
     async def one() -> str:
         return (await (await Child.spawn(spec(["true"]))).wait()).outcome
 
-    before = open_fds()
+    before = _open_fds()
     for _ in range(5):
         assert asyncio.run(one()) == "succeeded"
-    assert open_fds() == before
+    assert _open_fds() == before
 
 
 # ---------------------------------------------------------------- keeper
