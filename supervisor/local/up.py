@@ -1,7 +1,8 @@
 """`punchclock up`: the whole system on one machine, for trying it and for development.
 
 Starts (or reuses) an embedded PostgreSQL when no database URL is given, migrates, creates
-demo jobs, then runs one supervisor and the API as child processes. Ctrl-C drains and
+demo jobs, then runs the API and, once it listens, one supervisor, as child processes (the
+demo's health check runs at the next minute and must find the API). Ctrl-C drains and
 stops everything; if `up` itself is killed, watchdog processes (watchdog.py) stop its children
 the same way (SIGTERM, SIGKILL if they outlast the drain) and the database.
 """
@@ -13,9 +14,11 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,10 @@ _WAYS_OUT = (
     "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "
     "install PostgreSQL {major}'s server, or remove {data_dir} (its data is lost)"
 )
+
+# How long the supervisor waits for the API to listen before it starts anyway (the API is
+# not needed to run jobs; only the demo's health check calls it).
+API_START_TIMEOUT = 30.0
 DEMO_JOBS: list[dict[str, Any]] = [
     {
         "name": "demo-every-10-seconds",
@@ -153,12 +160,15 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
     drain = cfg.drain_timeout + cfg.kill_grace + 5
     # Started first, it stops the children as below if `up` dies however it dies.
     watchdog = parentwatch.spawn("supervisor.local.watchdog", [], start_new_session=True)
-    assert watchdog.stdin is not None
-    children = {}
-    for name, argv in (("supervisor", supervise), ("api", [*base, "api"])):
+    feed = watchdog.stdin
+    assert feed is not None
+    children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         children[name] = child = _spawn(argv, env)
-        watchdog.stdin.write(watch_line(child.pid, [(signal.SIGTERM, drain), (signal.SIGKILL, 0)]))
-    _banner(api, token, created, handlers)
+        feed.write(watch_line(child.pid, [(signal.SIGTERM, drain), (signal.SIGKILL, 0)]))
+        return child
+
     stop = {"signal": 0}
 
     def on_signal(signum: int, _: Any) -> None:
@@ -166,6 +176,13 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        api_proc = start("api", [*base, "api"])
+        # The supervisor once the API listens: the demo's health check, due at the next
+        # minute, found it not yet listening (exit 75, a failed first attempt in the demo).
+        _wait_listening(api, api_proc, lambda: bool(stop["signal"]))
+        if not stop["signal"] and api_proc.poll() is None:
+            start("supervisor", supervise)
+            _banner(api, token, created, handlers)
         failed = None
         while not stop["signal"] and failed is None:
             failed = next((n for n, p in children.items() if p.poll() is not None), None)
@@ -188,6 +205,20 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
         for s, handler in old.items():
             signal.signal(s, handler)
         _close(watchdog)
+
+
+def _wait_listening(api: str, proc: subprocess.Popen[bytes], stopped: Callable[[], bool]) -> None:
+    """Until `api` (HOST:PORT) takes connections, `proc` exits, `stopped()` or the timeout."""
+    host, port = parse_listen(api)
+    if host in ("0.0.0.0", "::"):  # every interface: loopback is one of them
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    deadline = time.monotonic() + API_START_TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None and not stopped():
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)  # a readiness poll with a deadline, not synchronisation
 
 
 def _close(watchdog: subprocess.Popen[bytes]) -> None:

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -58,6 +60,15 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
             return await count(store, "runs", "status = 'succeeded'") > 0
 
         await wait_for(a_demo_run_succeeded, 30, "a demo run to succeed")
+        # The supervisor starts once the API listens: the demo's health check, due at the
+        # next minute, found no API once (exit 75, a failed first attempt in the demo).
+        listening = next(
+            json.loads(line)["ts"]
+            for line in (tmp_path / "up.log").read_text().splitlines()
+            if '"api_listening"' in line
+        )
+        sup = next(c for c in psutil.Process(proc.pid).children() if "supervise" in c.cmdline())
+        assert _started_at(sup.pid) >= datetime.fromisoformat(listening).timestamp() - 0.2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, (tmp_path / "up.log").read_text()[-3000:]
         text = (tmp_path / "up.log").read_text()
@@ -66,6 +77,14 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _started_at(pid: int) -> float:
+    """When a process started, on the wall clock to a clock tick (psutil's create_time is
+    only as precise as /proc/stat's boot time, a whole second)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _gone(p: psutil.Process) -> bool:
