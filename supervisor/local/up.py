@@ -31,6 +31,7 @@ from supervisor.core.errors import PunchclockError
 from supervisor.core.migrator import migrate
 from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
+from supervisor.local.plumbing import WaitTimeout, wait_until_blocking
 from supervisor.local.watchdog import watch_line
 
 _WAYS_OUT = (
@@ -212,13 +213,18 @@ def _wait_listening(api: str, proc: subprocess.Popen[bytes], stopped: Callable[[
     host, port = parse_listen(api)
     if host in ("0.0.0.0", "::"):  # every interface: loopback is one of them
         host = "127.0.0.1" if host == "0.0.0.0" else "::1"
-    deadline = time.monotonic() + API_START_TIMEOUT
-    while time.monotonic() < deadline and proc.poll() is None and not stopped():
+
+    def settled() -> bool:
+        if proc.poll() is not None or stopped():
+            return True
         try:
             socket.create_connection((host, port), timeout=0.5).close()
-            return
         except OSError:
-            time.sleep(0.05)  # a readiness poll with a deadline, not synchronisation
+            return False
+        return True
+
+    with contextlib.suppress(WaitTimeout):  # the supervisor starts anyway
+        wait_until_blocking(settled, API_START_TIMEOUT, "the API to listen", every=0.05)
 
 
 def _close(watchdog: subprocess.Popen[bytes]) -> None:
