@@ -158,7 +158,7 @@ async def create_pool(
         # Every supervisor statement reads a few rows in index order (claim, next due run,
         # reap, prune, plan). Statistics from when the tables were small made the generic
         # claim a bitmap scan of every due run plus a sort: after a bulk insert of 5,000
-        # runs the burst took 1.27x the spawn bound, 1.13x with this (README, Performance).
+        # runs the burst took 1.27x the spawn bound, 1.13x with this (docs/performance.md).
         settings["enable_bitmapscan"] = "off"
         # Likewise a table whose statistics say it is empty (a new deployment, a drain's
         # first minute before autovacuum's ANALYZE) was read whole by a completion of a few
