@@ -6,6 +6,7 @@ queries run over these; only this module and store.py name asyncpg's errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -57,6 +58,38 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+# Every array and enum type the statements bind or return. asyncpg resolves a statement's
+# types it has no codec for on the statement's first use, per connection, with one
+# introspection query each time: 2-35 ms of the server's CPU (the first on a new backend
+# warms its catalog caches), 5-8 times per supervisor connection. Naming them all once at
+# connect costs one such query per connection. A type missing here is still introspected
+# when first used (tests/test_db_types.py keeps the list whole).
+KNOWN_TYPES = (
+    "bigint[]",
+    "int[]",
+    "bool[]",
+    "float8[]",
+    "timestamptz[]",
+    "jsonb[]",
+    "run_status",
+    "run_status[]",
+    "attempt_outcome",
+    "attempt_outcome[]",
+    "run_trigger",
+    "run_trigger[]",
+    "catchup_policy",
+    "overlap_policy",
+)
+_KNOWN_TYPES_SQL = "SELECT " + ", ".join(f"NULL::{t}" for t in KNOWN_TYPES)
+
+
+async def _init_pool_connection(conn: asyncpg.Connection) -> None:
+    await _init_connection(conn)
+    # An unmigrated database has no enums yet: its statements introspect on first use.
+    with contextlib.suppress(asyncpg.UndefinedObjectError):
+        await conn.fetchrow(_KNOWN_TYPES_SQL)
 
 
 # Per host of a multi-host DSN, as libpq's connect_timeout: asyncpg's one `timeout` spans
@@ -171,7 +204,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
-        init=_init_connection,
+        init=_init_pool_connection,
         reset=_keep_session,
         server_settings=settings,
         # Short command timeout: a hung connection must not hold a lease renewal hostage.
