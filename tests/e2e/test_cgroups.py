@@ -46,7 +46,7 @@ async def test_oom_kill_is_an_outcome_and_the_supervisor_carries_on(
     # The supervisor survives, and the run beside it finishes normally.
     await wait_for(lambda: status_is(store, slow, "succeeded"), 20, "the concurrent run")
     assert a.running
-    assert a.events("run_oom_killed", run_id=hog), a.tail()
+    await a.wait_event("run_oom_killed", 5, run_id=hog)
     assert a.stop() == 0, a.tail()
 
 

@@ -37,7 +37,7 @@ async def test_failing_run_backs_off_with_jitter_and_ends_dead(
     assert "failing on purpose" in history[-1]["error"]
     row = (await runs(store, [run_id]))[run_id]
     assert row["attempts"] == MAX_ATTEMPTS and row["finished_at"] is not None
-    assert sup.events("run_dead", run_id=run_id)
+    await sup.wait_event("run_dead", 5, run_id=run_id)  # logged just after the commit
 
     # The waits the supervisor drew, attempt by attempt (logged with each retry).
     drawn = {e["attempt"]: e["retry_in"] for e in sup.events("run_retry_scheduled")}
