@@ -1,17 +1,31 @@
-"""Small shared helpers for tests: job specs, and `wait_for` (a condition with a deadline:
-supervisor.local.plumbing.wait_until, which bench uses too)."""
+"""Small shared helpers for tests: job specs, an empty database, and `wait_for` (a condition
+with a deadline: supervisor.local.plumbing.wait_until, which bench uses too)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from supervisor.core.domain import JobSpec, cron_schedule
 from supervisor.core.model import Catchup, Overlap
 from supervisor.core.schedule import OneOffSchedule, load_zone
+from supervisor.local.pgchain import with_database
 from supervisor.local.plumbing import wait_until as wait_for
 
-__all__ = ["job", "wait_for"]
+__all__ = ["fresh_database", "job", "wait_for"]
+
+
+async def fresh_database(admin_dsn: str, name: str) -> str:
+    """An empty database `name` (dropped first if left over); its DSN."""
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return with_database(admin_dsn, name)
 
 
 def job(

@@ -63,22 +63,19 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 # Every array and enum type the statements bind or return. asyncpg resolves a statement's
 # types it has no codec for on the statement's first use, per connection, with one
 # introspection query each time: 2-35 ms of the server's CPU (the first on a new backend
-# warms its catalog caches), 5-8 times per supervisor connection. Naming them all once at
-# connect costs one such query per connection. A type missing here is still introspected
-# when first used (tests/test_db_types.py keeps the list whole).
+# warms its catalog caches), 8-10 times per supervisor over its connections. Naming them all
+# once at connect costs one such query per connection. A type missing here is still
+# introspected when first used (tests/integration/test_known_types.py keeps the list whole).
 KNOWN_TYPES = (
     "bigint[]",
     "int[]",
     "bool[]",
     "float8[]",
     "timestamptz[]",
-    "jsonb[]",
     "run_status",
     "run_status[]",
     "attempt_outcome",
-    "attempt_outcome[]",
     "run_trigger",
-    "run_trigger[]",
     "catchup_policy",
     "overlap_policy",
 )

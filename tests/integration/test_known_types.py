@@ -15,7 +15,7 @@ from supervisor.core.db import create_pool
 from supervisor.core.migrator import migrate
 from supervisor.core.sql import QUERIES
 
-from ..conftest import with_database
+from ..helpers import fresh_database
 
 
 @pytest.fixture
@@ -61,19 +61,17 @@ async def test_a_pool_opened_before_the_migration_works_after_it(admin_dsn: str)
     """`supervise --auto-migrate` opens its pool on an empty database (no enums yet), then
     migrates through it: those connections resolve the types on first use instead."""
     name = "pc_known_types_empty"
+    pool = await create_pool(
+        await fresh_database(admin_dsn, name), min_size=1, max_size=1, generic_plans=True
+    )
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn)
+        assert await pool.fetchval("SELECT 'running'::run_status") == "running"
+    finally:
+        await pool.close()
     admin = await asyncpg.connect(admin_dsn)
     try:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {name}")
-        pool = await create_pool(
-            with_database(admin_dsn, name), min_size=1, max_size=1, generic_plans=True
-        )
-        try:
-            async with pool.acquire() as conn:
-                await migrate(conn)
-            assert await pool.fetchval("SELECT 'running'::run_status") == "running"
-        finally:
-            await pool.close()
     finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await admin.close()

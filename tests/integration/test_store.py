@@ -19,20 +19,11 @@ from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
 from ..conftest import with_database
-
-
-async def _fresh_db(admin_dsn: str, name: str) -> str:
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return with_database(admin_dsn, name)
+from ..helpers import fresh_database
 
 
 async def test_migrate_from_empty_then_idempotent(admin_dsn: str) -> None:
-    dsn = await _fresh_db(admin_dsn, "pc_mig_empty")
+    dsn = await fresh_database(admin_dsn, "pc_mig_empty")
     conn = await connect(dsn)
     try:
         first = await migrate(conn)
@@ -69,7 +60,7 @@ async def test_refuses_unknown_newer_migration_and_changed_checksum(dsn: str) ->
 
 
 async def test_many_hosts_migrate_at_once(admin_dsn: str) -> None:
-    dsn = await _fresh_db(admin_dsn, "pc_mig_race")
+    dsn = await fresh_database(admin_dsn, "pc_mig_race")
     conns = [await connect(dsn) for _ in range(6)]
     try:
         results = await asyncio.gather(*(migrate(c) for c in conns))
