@@ -59,11 +59,22 @@ ESCAPER = textwrap.dedent("""
 """)
 
 
+_PF_EXITING = 0x4  # include/linux/sched.h: set as do_exit() begins; it never returns
+
+
 def is_dead(pid: int) -> bool:
+    """Gone, a zombie, or inside do_exit(). The last counts: the kernel takes an exiting task
+    out of its cgroup (cgroup_exit) just before it becomes a zombie, so a cgroup reported
+    empty may still hold a member for those microseconds, past any return to user space."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
         return True
+    flags = int(stat[stat.rindex(b")") + 2 :].split()[6])  # field 9 of proc(5)
+    return bool(flags & _PF_EXITING)
 
 
 @pytest.fixture
