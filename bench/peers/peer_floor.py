@@ -28,7 +28,8 @@ None of them renews a lease, plans, logs or records metrics. ``conc`` 0 means 16
 (punchclock's default on two cores).
 
 Done = rows with status 2. After each run, ``exactly_once`` checks that every row was
-claimed once (``claims = 1``) and is done.
+claimed once (``claims = 1``) and is done, and for floorkept that each has one attempt row
+completed with exit code 0.
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ async def worker(argv: list[str]) -> None:
             if KEPT and results:
                 batch = results[:]
                 results.clear()
-                await done.fetch(*(list(col) for col in zip(*batch)), owner)
+                await done.fetch(*(list(col) for col in zip(*batch, strict=True)), owner)
             for status, jobs in ended.items():
                 if jobs:
                     ids = jobs[:]
