@@ -1,8 +1,10 @@
 """Records fenced completions in batches: one statement for whatever finished meanwhile.
 
 The database decides, per run, whether a result is still ours (recorded) or late (dropped);
-each submitter learns which. After `stop`, an unreachable database is retried for one lease
-TTL at most, then the results are given up (the reaper takes those runs over).
+each submitter learns which, through its callback (`enqueue`, the executor's path: no future
+or task wake-up per run) or its future (`submit`). After `stop`, an unreachable database is
+retried for one lease TTL at most, then the results are given up (the reaper takes those runs
+over).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
@@ -34,18 +37,30 @@ class Completer:
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
-        # (completion, wakes_others, future): True recorded, False late, None given up at
-        # shutdown
-        self._pending: list[tuple[Completion, bool, asyncio.Future[bool | None]]] = []
+        # (completion, wakes_others, told): told True recorded, False late, None given up
+        # at shutdown
+        self._pending: list[tuple[Completion, bool, Callable[[bool | None], None]]] = []
         self._pending_event = asyncio.Event()
         self.refused = 0  # results the database refused as they were (completion_refused)
         self.errors = 0  # batches a database error stopped, retried (punchclock_db_errors)
 
-    async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
-        """Queue a result; True once recorded, False if late, None if given up at shutdown."""
-        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((completion, wakes_others, fut))
+    def enqueue(
+        self, completion: Completion, wakes_others: bool, told: Callable[[bool | None], None]
+    ) -> None:
+        """Queue a result; `told` gets True once it is recorded, False if it was late, None
+        if it was given up at shutdown (called from this loop; it must not raise)."""
+        self._pending.append((completion, wakes_others, told))
         self._pending_event.set()
+
+    async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
+        """`enqueue`, awaited."""
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+
+        def told(recorded: bool | None) -> None:
+            if not fut.done():
+                fut.set_result(recorded)
+
+        self.enqueue(completion, wakes_others, told)
         return await fut
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -81,10 +96,9 @@ class Completer:
                     log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
                 )
                 if give_up_at is not None and time.monotonic() > give_up_at:
-                    for _, _, fut in self._pending:
-                        if not fut.done():
-                            fut.set_result(None)
-                    self._pending.clear()
+                    pending, self._pending = self._pending, []
+                    for _, _, told in pending:
+                        _tell(told, None)
                     return
                 await asyncio.sleep(backoff)  # retry pacing, not synchronisation
                 backoff = min(backoff * 2, 2.0)
@@ -95,9 +109,8 @@ class Completer:
             # slot is free again.
             if any(c.status == RunStatus.FAILED or wakes for c, wakes, _ in batch):
                 await self._notify_quietly()
-            for completion, _, fut in batch:
-                if not fut.done():
-                    fut.set_result(completion.run_id in recorded)
+            for completion, _, told in batch:
+                _tell(told, completion.run_id in recorded)
 
     async def _record(self, batch: list[Completion]) -> set[int]:
         """Record a batch; a value the database refuses fails only the result that holds it.
@@ -143,3 +156,10 @@ class Completer:
     async def _notify_quietly(self) -> None:
         with contextlib.suppress(*DB_ERRORS):
             await self.store.notify_wake()
+
+
+def _tell(told: Callable[[bool | None], None], recorded: bool | None) -> None:
+    try:
+        told(recorded)
+    except Exception:  # one submitter's failure never stops the others' results
+        log.exception("completion_callback_failed")

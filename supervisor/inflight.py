@@ -53,8 +53,12 @@ class InFlight:
     # Its slot is free again: the child has ended (or never started), so the next run may
     # start while this result is still being recorded.
     slot_freed: bool = False
+    # Only for a run that waits before its child starts (Executor._prepare); a strong
+    # reference, as the event loop keeps only weak ones.
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     batch: str = ""  # the keeper's batch announcement covering its spawn (Executor.start)
+    # Its execution here is over (Executor._retire): out of the table, its slot free.
+    retired: bool = False
 
     def move(self, to: Phase) -> None:
         if to not in NEXT_PHASES[self.phase]:

@@ -20,6 +20,7 @@ import subprocess
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from supervisor import cgroups, tree
@@ -165,6 +166,7 @@ class Child:
         self._ended = self.started_monotonic
         self._exited: asyncio.Future[None] = self._loop.create_future()
         self._done: asyncio.Future[ChildResult] = self._loop.create_future()
+        self._on_done: Callable[[ChildResult], None] | None = None  # when_done's callback
         # Made when a kill waits; set on exit and when a kill deadline moves closer.
         self._wake: asyncio.Event | None = None
         self._tails: list[Tail] = []
@@ -181,13 +183,29 @@ class Child:
         self._oom_kills = 0
 
     @classmethod
-    async def spawn(
+    def start(
         cls, spec: ChildSpec, keeper: Keeper | None = None, orphans: Orphans | None = None
     ) -> Child:
         """Start `spec.argv`; a command that cannot be executed yields a spawn_failed result."""
         child = cls(spec, keeper, orphans)
         child._start()
         return child
+
+    @classmethod
+    async def spawn(
+        cls, spec: ChildSpec, keeper: Keeper | None = None, orphans: Orphans | None = None
+    ) -> Child:
+        """`start`, for a coroutine."""
+        return cls.start(spec, keeper, orphans)
+
+    def when_done(self, callback: Callable[[ChildResult], None]) -> None:
+        """Call `callback` with the result once the child and its leftovers are gone (at
+        once if they are), from the event-loop callback that saw it: the executor's path,
+        with no task, future or extra loop iteration per child. One callback per child."""
+        if self._done.done():
+            callback(self._done.result())
+        else:
+            self._on_done = callback
 
     def live_output(self) -> tuple[int, str, str] | None:
         """While it runs: (bytes received so far, stdout tail, stderr tail), for the live
@@ -460,7 +478,16 @@ class Child:
             self.keeper.unregister(self.pid, self.child_id)
         if self.orphans is not None and self.pid is not None:
             self.orphans.finished(self.pid)  # kills what daemonised and was adopted by us
-        self._done.set_result(self._result())
+        result = self._result()
+        self._done.set_result(result)
+        if (callback := self._on_done) is not None:
+            self._on_done = None
+            try:
+                callback(result)
+            except Exception as exc:  # the child is settled; report it as the loop would
+                self._loop.call_exception_handler(
+                    {"message": "a child's when_done callback failed", "exception": exc}
+                )
 
     async def _await_group_gone(self) -> bool:
         """Wait until nothing alive is left in the group, or self._deadline passes."""

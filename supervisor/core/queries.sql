@@ -290,8 +290,9 @@ LEFT JOIN LATERAL (SELECT run_after, id FROM old ORDER BY run_after DESC, id DES
 -- whose late result was rejected (an outage longer than the lease); the reaper records
 -- that as lease_lost.
 WITH {{blocked_exclusive}}, orphans AS (
-    UPDATE runs r SET status = 'scheduled', run_after = now(), lease_owner = NULL,
-        lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
+    -- run_after: a run claimed ahead goes back due at its instant, not now (never early).
+    UPDATE runs r SET status = 'scheduled', run_after = greatest(now(), r.run_after),
+        lease_owner = NULL, lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
         last_error = 'interrupted: claim reply lost, given back unstarted'
     WHERE $5::bigint[] IS NOT NULL AND r.status = 'running' AND r.lease_owner = $3::text
       AND r.id <> ALL($5::bigint[]) AND r.lease_expires_at > now()
@@ -690,8 +691,9 @@ SELECT y.id, y.run_after, now() AS db_now FROM already y;
 -- Graceful shutdown: give unfinished runs back without consuming an attempt (the budget
 -- grows by one; attempt numbers keep increasing so history stays unique).
 WITH rel AS (
-    UPDATE runs r SET status = 'scheduled', run_after = now(), lease_owner = NULL,
-        lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
+    -- run_after: a run claimed ahead goes back due at its instant, not now (never early).
+    UPDATE runs r SET status = 'scheduled', run_after = greatest(now(), r.run_after),
+        lease_owner = NULL, lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
         last_error = 'interrupted: supervisor shut down'
     FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
     WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
