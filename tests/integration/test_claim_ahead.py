@@ -142,17 +142,22 @@ async def test_shutdown_gives_back_a_run_claimed_ahead_unstarted(
         [claim] = await store.claim_runs(["echo"], 1, "w1", TTL, ahead=5.0)
         executor.start(claim, time.monotonic())
         assert await executor.release_waiting() == 1
-        await wait_for(lambda: executor.in_flight() == 0, 10, "the waiting run to end")
+        # Given back at once, not when its instant comes (its wait is cancelled).
+        assert executor.in_flight() == 0
         assert await executor.release_waiting() == 0
     assert not marker.exists(), "the child never started"
     row = await run_row(store, run_id)
     assert row is not None
-    # Back to scheduled with its attempt not spent (the budget grew by one).
+    # Back to scheduled with its attempt not spent (the budget grew by one), due at its
+    # instant still: another host must not start it early.
     assert (row["status"], row["lease_owner"], row["max_attempts"]) == (
         "scheduled",
         None,
         claim.max_attempts + 1,
     )
+    assert row["run_after"] == row["scheduled_at"]
+    assert await sql_value(store, "SELECT now() < $1::timestamptz", row["run_after"])
+    assert await store.claim_runs(["echo"], 1, "w2", TTL) == []
     [attempt] = await attempts(store, run_id)
     assert attempt["outcome"] == "interrupted"
     assert attempt["finished_at"] >= attempt["started_at"]
