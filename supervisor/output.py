@@ -6,20 +6,25 @@ completion that carries it fail (DESIGN.md, Handler contract: Output).
 
 from __future__ import annotations
 
-import io
+import os
 
 
 class Tail:
-    """The last `limit` bytes of one output pipe."""
+    """The last `limit` bytes of one output pipe, read from its (non-blocking) descriptor."""
 
-    def __init__(self, file: io.FileIO, limit: int) -> None:
-        self.file = file
-        self.fd = file.fileno()
+    def __init__(self, fd: int, limit: int) -> None:
+        self.fd = fd
+        self.closed = False
         self.limit = max(limit, 0)
         self.buf = bytearray()
         self.truncated = False
         self.fed = 0  # bytes received so far: tells a live reader whether anything is new
         self.watched = False  # read by an event-loop reader (else only at the child's exit)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
 
     def feed(self, data: bytes) -> None:
         self.fed += len(data)

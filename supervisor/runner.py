@@ -282,10 +282,7 @@ class Child:
             self.keeper.register(self.pid, spec.kill_by, self.child_id, self._cgroup_dirs())
         if self.orphans is not None:
             self.orphans.started(self.pid, self.child_id)
-        for file in (proc.stdout, proc.stderr):
-            tail = Tail(file, spec.output_limit)
-            os.set_blocking(tail.fd, False)
-            self._tails.append(tail)
+        self._tails = [Tail(proc.stdout, spec.output_limit), Tail(proc.stderr, spec.output_limit)]
         if spec.timeout is not None and spec.timeout <= _WATCH_AFTER:
             self._arm_timeout(spec.timeout)
         watch = _watch(self._loop)
@@ -314,14 +311,14 @@ class Child:
         )
 
     def _watch(self, tail: Tail) -> None:
-        if not tail.watched and not tail.file.closed:
+        if not tail.watched and not tail.closed:
             tail.watched = True
             self._loop.add_reader(tail.fd, self._on_readable, tail)
 
     def _drain(self, tail: Tail) -> None:
         """At exit: read what the pipe holds; close it at EOF, else watch it (a descendant
         still holds it open, or writes on)."""
-        if tail.file.closed or tail.watched:
+        if tail.closed or tail.watched:
             return
         for _ in range(_DRAIN_READS):
             try:
@@ -348,14 +345,14 @@ class Child:
             tail.feed(data)
             return
         self._close_stream(tail)
-        if self._settling and all(t.file.closed for t in self._tails):
+        if self._settling and all(t.closed for t in self._tails):
             self._finish()
 
     def _close_stream(self, tail: Tail) -> None:
-        if not tail.file.closed:
+        if not tail.closed:
             if tail.watched:
                 self._loop.remove_reader(tail.fd)
-            tail.file.close()
+            tail.close()
 
     def _reap(self) -> None:
         assert self.pid is not None
@@ -446,7 +443,7 @@ class Child:
     def _settle(self) -> None:
         """The tree is gone; finish once the pipes close, or deal with whoever holds them."""
         self._settling = True
-        if all(t.file.closed for t in self._tails):
+        if all(t.closed for t in self._tails):
             self._finish()
         else:
             self._timer = self._loop.call_later(_PIPE_LINGER, self._on_pipes_held)

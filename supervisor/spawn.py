@@ -15,14 +15,14 @@ import asyncio
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
-import io
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 from supervisor import isolation
 
@@ -35,8 +35,8 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 class Started(NamedTuple):
     pid: int
-    stdout: io.FileIO
-    stderr: io.FileIO
+    stdout: int  # the read ends of its output pipes: non-blocking, close-on-exec, ours
+    stderr: int
     popen: subprocess.Popen[bytes] | None  # only when Popen started it
 
 
@@ -131,9 +131,14 @@ def _start(
         extra_groups=None if extra_groups is None else list(extra_groups),
         umask=-1 if umask is None else umask,
     )
-    # bufsize=0: unbuffered FileIO objects, like _posix_spawn's
-    stdout, stderr = (cast(io.FileIO, f) for f in (popen.stdout, popen.stderr))
-    return Started(popen.pid, stdout, stderr, popen)
+    fds = []
+    for file in (popen.stdout, popen.stderr):  # bare descriptors, as _posix_spawn's
+        assert file is not None
+        fds.append(os.dup(file.fileno()))
+        file.close()
+        os.set_blocking(fds[-1], False)
+    popen.stdout = popen.stderr = None
+    return Started(popen.pid, fds[0], fds[1], popen)
 
 
 def spawn_error_text(argv: list[str], cwd: str | None, exc: Exception) -> str:
@@ -185,7 +190,10 @@ def _posix_spawn(argv: list[str], env: dict[str, str], payload: int) -> Started:
     fds: list[int] = []
     try:
         for _ in range(2):
-            fds.extend(os.pipe())  # close-on-exec; dup2 below clears it on 0, 1 and 2 only
+            # Close-on-exec (dup2 below clears it on 0, 1 and 2 only) and non-blocking, which
+            # only our read end keeps: one fcntl instead of two, and none on the read end.
+            fds.extend(os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK))
+            fcntl.fcntl(fds[-1], fcntl.F_SETFL, 0)
         out_r, out_w, err_r, err_w = fds
         pid = os.posix_spawn(
             path,
@@ -206,7 +214,7 @@ def _posix_spawn(argv: list[str], env: dict[str, str], payload: int) -> Started:
         raise
     for fd in (out_w, err_w):
         os.close(fd)
-    return Started(pid, io.FileIO(out_r, "rb"), io.FileIO(err_r, "rb"), None)
+    return Started(pid, out_r, err_r, None)
 
 
 def _executable(name: str, path: str | None) -> str:
