@@ -92,6 +92,7 @@ class Executor:
         self._withdrawing: set[str] = set()  # prefixes whose withdrawal is scheduled
         self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
         self._retirements: list[asyncio.Future[None]] = []  # resolved when a run retires
+        self._starting: list[tuple[InFlight, Claim]] = []  # runs _start_batch starts next
 
     # ------------------------------------------------------------ capacity and leases
 
@@ -197,7 +198,11 @@ class Executor:
         self.running_by_type[entry.type] = self.running_by_type.get(entry.type, 0) + 1
         handler = self.registry.handlers.get(row.type)
         if old is None and not entry.start_at and (handler is None or not handler.env_files):
-            self._launch(entry, row, {})  # the usual run: started here, no task of its own
+            # The usual run: started with the rest of its claim once the claimer yields
+            # (_start_batch), with no task of its own.
+            if not self._starting:
+                asyncio.get_running_loop().call_soon(self._start_batch)
+            self._starting.append((entry, row))
         else:
             entry.task = asyncio.get_running_loop().create_task(self._prepare(entry, row, old))
 
@@ -290,6 +295,42 @@ class Executor:
         except EnvFileError as exc:
             return not_run(str(exc))
 
+    def _start_batch(self) -> None:
+        """Start the runs `start` queued in one loop iteration (a claim's): what to start for
+        each, then their children together (Child.start_many: the spawns back to back, the
+        bookkeeping after them, warm), then each one's start event."""
+        batch, self._starting = self._starting, []
+        ready: list[tuple[InFlight, Claim, ChildSpec]] = []
+        for entry, row in batch:
+            try:
+                if entry.phase is not Phase.RUNNING:  # lost since the claim: not started
+                    spec: ChildSpec | ChildResult = not_run(
+                        "not started: the lease was lost or given back first"
+                    )
+                else:
+                    spec = self._child_spec(entry, row, {})
+            except Exception:
+                self._spawned(entry)
+                self._crashed(entry)
+                continue
+            if isinstance(spec, ChildResult):
+                self._spawned(entry)
+                self._child_ended(entry, row, spec)
+            else:
+                ready.append((entry, row, spec))
+        try:
+            children = Child.start_many([s for _, _, s in ready], self.keeper, self.orphans)
+        except Exception:  # Child.start_many catches each child's own failure
+            for entry, _, _ in ready:
+                self._spawned(entry)
+                self._crashed(entry)
+            return
+        for (entry, row, _), child in zip(ready, children, strict=True):
+            entry.child = child
+            self._spawned(entry)
+            self._started(entry, row, child)
+            child.when_done(functools.partial(self._child_ended, entry, row))
+
     def _launch(self, entry: InFlight, row: Claim, extra: dict[str, str] | ChildResult) -> None:
         """Start the run's child, or end the attempt at once if it cannot start."""
         result: ChildResult | None = None
@@ -305,8 +346,7 @@ class Executor:
                 if isinstance(spec, ChildResult):
                     result = spec
                 else:
-                    entry.child = child = Child.start(spec, self.keeper, self.orphans)
-                    self._started(entry, row, child)
+                    entry.child = Child.start(spec, self.keeper, self.orphans)
         except Exception:
             self._crashed(entry)
             return
@@ -315,9 +355,18 @@ class Executor:
         if result is not None:
             self._child_ended(entry, row, result)
         elif entry.child is not None:
+            self._started(entry, row, entry.child)
             entry.child.when_done(functools.partial(self._child_ended, entry, row))
 
     def _started(self, entry: InFlight, row: Claim, child: Child) -> None:
+        """Its start event and metric. Never raises: the child runs on whatever happens here,
+        and its end must still reach _child_ended."""
+        try:
+            self._report_start(entry, row, child)
+        except Exception:
+            log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
+
+    def _report_start(self, entry: InFlight, row: Claim, child: Child) -> None:
         queue_delay = (row.started_at - row.scheduled_at).total_seconds()
         if log.isEnabledFor(self._routine_level):  # its fields cost more than the check
             cg = {} if child.cgroup is None else {"cgroup": child.cgroup.dirs[0]}

@@ -187,6 +187,34 @@ async def test_spawn_failed_for_missing_file() -> None:
     assert result.exit_code is None and result.cpu_seconds is None
 
 
+async def test_start_many_starts_each_child_and_a_failed_spawn_fails_only_its_own() -> None:
+    """A claim's children start together (spawns back to back, then the watching): each
+    gets its own payload, output and result, and one that cannot start fails alone."""
+    script = "import sys; d = sys.stdin.read(); print(d); sys.exit(len(d))"
+    specs = [
+        spec([PY, "-c", script], stdin=b"ab"),
+        spec(["/nonexistent/punchclock-handler"]),
+        spec([PY, "-c", script], stdin=b"abc"),
+        spec(["true"]),
+    ]
+    children = Child.start_many(specs)
+    ended: list[ChildResult] = []
+    children[0].when_done(ended.append)
+    results = await asyncio.gather(*(c.wait() for c in children))
+    assert [(r.outcome, r.exit_code) for r in results] == [
+        ("failed", 2),
+        ("spawn_failed", None),
+        ("failed", 3),
+        ("succeeded", 0),
+    ]
+    assert (results[0].stdout_tail, results[2].stdout_tail) == ("ab\n", "abc\n")
+    assert children[1].pid is None and all(c.pid for c in children if c is not children[1])
+    assert ended == [results[0]]  # when_done: the same result, once
+    late: list[ChildResult] = []
+    children[3].when_done(late.append)  # already ended: at once
+    assert late == [results[3]]
+
+
 async def test_spawn_failed_for_non_executable_file(tmp_path: Path) -> None:
     script = tmp_path / "handler.sh"
     script.write_text("#!/bin/sh\necho hi\n")
