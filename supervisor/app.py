@@ -147,7 +147,7 @@ class Supervisor:
             output_limit=cfg.output_limit,
             keeper=keeper,
             orphans=self.orphans,
-            on_slot_free=lambda: claimer.wake(),  # noqa: PLW0108 - claimer is built below
+            on_slot_free=lambda: claimer.slot_freed(),  # noqa: PLW0108 - built below
             on_started=lambda type_, delay: m.queue_delay.record(delay, {"type": type_}),
             on_ended=lambda ended: record_attempt(m, ended),
             log_runs=cfg.log_runs == "all",

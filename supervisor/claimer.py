@@ -117,6 +117,15 @@ class Claimer(Loop):
         self._cursors: dict[str, tuple[datetime, int]] = {}
         self._cursors_until = 0.0
 
+    def slot_freed(self) -> None:
+        """A child ended (Executor.on_slot_free). While a backlog waits for `refill_batch`
+        free slots, only the freed slot that starts the `refill_wait` timer and the one that
+        completes the batch wake the claimer: a wake-up for each slot in between found it
+        waiting still, and cost a pass of this loop each."""
+        if self._refill_by is not None and self.slots.free_slots < self.refill_batch:
+            return
+        self.wake()
+
     def notified(self) -> None:
         """A NOTIFY: runs may be claimable behind the cursors. Claim from the start, now."""
         self._cursors.clear()
