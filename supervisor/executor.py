@@ -89,7 +89,6 @@ class Executor:
         self._envs: dict[str, dict[str, str]] = {}  # type -> clean environment (isolation.py)
         self._batch: tuple[float, str] | None = None  # (claimed_at, prefix) of the last claim
         self._batch_left: dict[str, int] = {}  # prefix -> children not yet started
-        self._withdrawing: set[str] = set()  # prefixes whose withdrawal is scheduled
         self.completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
         self._retirements: list[asyncio.Future[None]] = []  # resolved when a run retires
         self._starting: list[tuple[InFlight, Claim]] = []  # runs _start_batch starts next
@@ -228,14 +227,12 @@ class Executor:
             return
         prefix, entry.batch = entry.batch, ""
         self._batch_left[prefix] -= 1
-        if self._batch_left[prefix] == 0 and prefix not in self._withdrawing:
-            self._withdrawing.add(prefix)
+        if self._batch_left[prefix] == 0:
             asyncio.get_running_loop().call_soon(self._withdraw, prefix)
 
     def _withdraw(self, prefix: str) -> None:
-        self._withdrawing.discard(prefix)
         if self._batch_left.get(prefix) != 0:
-            return  # a run of the same claim took it again meanwhile
+            return  # a run of the same claim took it again meanwhile, or it is withdrawn
         del self._batch_left[prefix]
         if self._batch is not None and self._batch[1] == prefix:
             self._batch = None
@@ -259,11 +256,12 @@ class Executor:
         if old.child is not None:
             await old.child.kill("superseded: the run was claimed again", 0)
 
-    # A run's way through here is a chain of callbacks: start (or _prepare, for a run that
-    # must wait first) -> _launch -> the child's end -> _child_ended -> the completer's
-    # batch -> _recorded -> _retire. No task, future or extra loop iteration per run in the
-    # usual case (they were a fifth of a supervisor's CPU per run). Each link catches what
-    # it raises and retires the run, so a bug costs that run's result, never the slot.
+    # A run's way through here is a chain of callbacks: start -> _start_batch (or
+    # _prepare, for a run that must wait first) -> _start_runs -> the child's end ->
+    # _child_ended -> the completer's batch -> _recorded -> _retire. No task, future or
+    # extra loop iteration per run in the usual case (DESIGN.md, Lease and fencing
+    # protocol). Each link catches what it raises and retires the run, so a bug costs that
+    # run's result, never the slot.
 
     async def _prepare(self, entry: InFlight, row: Claim, old: InFlight | None) -> None:
         """What a run may have to wait for before its child starts: the end of a superseded
@@ -282,7 +280,7 @@ class Executor:
             self._spawned(entry)
             self._crashed(entry)
             return
-        self._launch(entry, row, extra)
+        self._start_runs([(entry, row, extra)])
 
     async def _env_files(self, row: Claim) -> dict[str, str] | ChildResult:
         """The handler's environment files, read at each spawn (a bad file fails this
@@ -296,19 +294,26 @@ class Executor:
             return not_run(str(exc))
 
     def _start_batch(self) -> None:
-        """Start the runs `start` queued in one loop iteration (a claim's): what to start for
-        each, then their children together (Child.start_many: the spawns back to back, the
-        bookkeeping after them, warm), then each one's start event."""
+        """Start the runs `start` queued in one loop iteration (a claim's)."""
         batch, self._starting = self._starting, []
+        self._start_runs([(entry, row, {}) for entry, row in batch])
+
+    def _start_runs(self, runs: list[tuple[InFlight, Claim, dict[str, str] | ChildResult]]) -> None:
+        """What to start for each run (`extra`: its environment files' variables, or the
+        result of an attempt they keep from starting), then their children together
+        (Child.start_many: the spawns back to back, the bookkeeping after them, warm), then
+        each one's start event; an attempt that cannot start ends at once."""
         ready: list[tuple[InFlight, Claim, ChildSpec]] = []
-        for entry, row in batch:
+        for entry, row, extra in runs:
             try:
-                if entry.phase is not Phase.RUNNING:  # lost since the claim: not started
-                    spec: ChildSpec | ChildResult = not_run(
-                        "not started: the lease was lost or given back first"
-                    )
+                if isinstance(extra, ChildResult):
+                    spec: ChildSpec | ChildResult = extra
+                elif entry.phase is not Phase.RUNNING:
+                    # Lost, fenced or given back before the child even started: starting it
+                    # now could overlap another host's execution of the same run.
+                    spec = not_run("not started: the lease was lost or given back first")
                 else:
-                    spec = self._child_spec(entry, row, {})
+                    spec = self._child_spec(entry, row, extra)
             except Exception:
                 self._spawned(entry)
                 self._crashed(entry)
@@ -330,33 +335,6 @@ class Executor:
             self._spawned(entry)
             self._started(entry, row, child)
             child.when_done(functools.partial(self._child_ended, entry, row))
-
-    def _launch(self, entry: InFlight, row: Claim, extra: dict[str, str] | ChildResult) -> None:
-        """Start the run's child, or end the attempt at once if it cannot start."""
-        result: ChildResult | None = None
-        try:
-            if isinstance(extra, ChildResult):
-                result = extra
-            elif entry.phase is not Phase.RUNNING:
-                # Lost, fenced or given back before the child even started: starting it now
-                # could overlap another host's execution of the same run.
-                result = not_run("not started: the lease was lost or given back first")
-            else:
-                spec = self._child_spec(entry, row, extra)
-                if isinstance(spec, ChildResult):
-                    result = spec
-                else:
-                    entry.child = Child.start(spec, self.keeper, self.orphans)
-        except Exception:
-            self._crashed(entry)
-            return
-        finally:
-            self._spawned(entry)
-        if result is not None:
-            self._child_ended(entry, row, result)
-        elif entry.child is not None:
-            self._started(entry, row, entry.child)
-            entry.child.when_done(functools.partial(self._child_ended, entry, row))
 
     def _started(self, entry: InFlight, row: Claim, child: Child) -> None:
         """Its start event and metric. Never raises: the child runs on whatever happens here,
