@@ -12,6 +12,10 @@ Variants (each drains the same due runs; every run must end succeeded after one 
   measures what merging them would save (DESIGN.md, Lease and fencing protocol).
 - `lean-claim`: claim_runs without its lost-reply recovery CTEs (what a claim with
   `held` NULL could send instead).
+- `no-history-indexes`: `as-is` on a `runs` without the indexes only the history reads
+  (HISTORY_INDEXES: the status lists and retention). Not a schema we could ship: it
+  measures what the index upkeep of the two non-HOT updates per run costs, the most a hot
+  queue kept apart from the history could save on them (docs/performance.md).
 `--batch` sets the runs per claim (the supervisor's claim takes its free slots).
 """
 
@@ -38,7 +42,9 @@ from supervisor.core.store import Completion, Store, completion_columns
 
 OWNER = "bench-statements:1"
 TYPE = "bench"
-VARIANTS = ("as-is", "merged", "lean-claim")
+VARIANTS = ("as-is", "merged", "lean-claim", "no-history-indexes")
+# Read only by the API's history lists and the pruner, never by claim or completion.
+HISTORY_INDEXES = ("runs_status_history", "runs_finished")
 _CLAIM_PARAMS = 9  # claim_runs' $1..$9; the completion's follow in the merged statement
 
 
@@ -127,6 +133,9 @@ async def drain(dsn: str, variant: str, runs: int, batch: int) -> dict[str, Any]
     """Drain `runs` due runs with one connection; backend CPU per run and the outcome."""
     setup = await asyncpg.connect(dsn)
     try:
+        if variant == "no-history-indexes":
+            for index in HISTORY_INDEXES:
+                await setup.execute(f"DROP INDEX {index}")
         await insert_due_runs(setup, runs, TYPE)
     finally:
         await setup.close()
