@@ -98,7 +98,11 @@ class Supervisor:
         while True:
             try:
                 return await create_pool(
-                    self.cfg.database_url, min_size=2, max_size=6, generic_plans=True
+                    self.cfg.database_url,
+                    min_size=6,
+                    max_size=6,
+                    generic_plans=True,
+                    warm=lambda conn: Store(conn).warm_hot_statements(),
                 )
             except DB_ERRORS as exc:
                 log_event(log, "db_unreachable", level=logging.WARNING, error=repr(exc))

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
 
 import asyncpg
@@ -82,11 +82,24 @@ KNOWN_TYPES = (
 _KNOWN_TYPES_SQL = "SELECT " + ", ".join(f"NULL::{t}" for t in KNOWN_TYPES)
 
 
-async def _init_pool_connection(conn: asyncpg.Connection) -> None:
-    await _init_connection(conn)
-    # An unmigrated database has no enums yet: its statements introspect on first use.
-    with contextlib.suppress(asyncpg.UndefinedObjectError):
-        await conn.fetchrow(_KNOWN_TYPES_SQL)
+Warm = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
+def _pool_init(warm: Warm | None) -> Callable[[asyncpg.Connection], Coroutine[Any, Any, None]]:
+    async def init(conn: asyncpg.Connection) -> None:
+        await _init_connection(conn)
+        # An unmigrated database has no enums yet: its statements introspect on first use.
+        with contextlib.suppress(asyncpg.UndefinedObjectError):
+            await conn.fetchrow(_KNOWN_TYPES_SQL)
+        if warm is not None:
+            try:
+                await warm(conn)
+            except DB_ERRORS:
+                raise
+            except asyncpg.PostgresError as exc:  # an unmigrated or older schema: warmed later
+                log_event(log, "pool_warm_skipped", level=logging.DEBUG, error=repr(exc))
+
+    return init
 
 
 # Per host of a multi-host DSN, as libpq's connect_timeout: asyncpg's one `timeout` spans
@@ -169,7 +182,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, generic_plans: bool = False
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    generic_plans: bool = False,
+    warm: Warm | None = None,
 ) -> asyncpg.Pool:
     """A pool of connections with the jsonb codec, JIT off.
 
@@ -178,6 +196,9 @@ async def create_pool(
     PostgreSQL planning each claim afresh (the claim's `LIMIT $n` otherwise makes the
     planner prefer a custom plan every time: about 0.6 ms per claim). DESIGN.md, Database
     sessions.
+
+    `warm`: run on each new connection after the types are named (the supervisor's hot
+    statements with nothing to do, so their plans are made before the connection serves).
     """
     # JIT off: these are short statements; a plan whose estimate crosses jit_above_cost
     # (the claim's limit CTEs guess 1,000 rows per generate_series) spent 190 ms compiling
@@ -201,7 +222,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
-        init=_init_pool_connection,
+        init=_pool_init(warm),
         reset=_keep_session,
         server_settings=settings,
         # Short command timeout: a hung connection must not hold a lease renewal hostage.
