@@ -14,7 +14,7 @@ from supervisor.core.schedule import OneOffSchedule, load_zone
 from supervisor.local.pgchain import with_database
 from supervisor.local.plumbing import wait_until as wait_for
 
-__all__ = ["fresh_database", "job", "wait_for"]
+__all__ = ["drop_database", "fresh_database", "job", "wait_for"]
 
 
 async def fresh_database(admin_dsn: str, name: str) -> str:
@@ -26,6 +26,15 @@ async def fresh_database(admin_dsn: str, name: str) -> str:
     finally:
         await admin.close()
     return with_database(admin_dsn, name)
+
+
+async def drop_database(admin_dsn: str, name: str) -> None:
+    """Drop `fresh_database`'s database `name`, with any session still on it."""
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 def job(

@@ -15,7 +15,7 @@ from supervisor.core.db import create_pool
 from supervisor.core.migrator import migrate
 from supervisor.core.sql import QUERIES
 
-from ..helpers import fresh_database
+from ..helpers import drop_database, fresh_database
 
 
 @pytest.fixture
@@ -70,8 +70,4 @@ async def test_a_pool_opened_before_the_migration_works_after_it(admin_dsn: str)
         assert await pool.fetchval("SELECT 'running'::run_status") == "running"
     finally:
         await pool.close()
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    finally:
-        await admin.close()
+    await drop_database(admin_dsn, name)

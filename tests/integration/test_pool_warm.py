@@ -5,15 +5,13 @@ claims nothing and changes nothing, and works on a database not yet migrated."""
 
 from __future__ import annotations
 
-import asyncpg
-
 from supervisor.core.db import Conn, create_pool
 from supervisor.core.migrator import migrate
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
 from ..factory import all_attempts, manual_runs, run_ids, statuses
-from ..helpers import fresh_database
+from ..helpers import drop_database, fresh_database
 
 HOT = ("claim_runs", "complete_runs", "complete_runs_with_events")
 
@@ -76,8 +74,4 @@ async def test_a_warmed_pool_opens_on_an_unmigrated_database(admin_dsn: str) -> 
             assert await Store(conn).claim_runs(["echo"], 10, "host-a", 30.0) == []
     finally:
         await pool.close()
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    finally:
-        await admin.close()
+    await drop_database(admin_dsn, name)
