@@ -230,10 +230,13 @@ class Store(History):
         """The claim and the completions with nothing to claim or record: on a new
         connection, their generic plans (3-5 ms of the server's CPU each) are made here
         instead of on the first claim that uses the connection."""
-        await self._fetch("claim_runs", [], 0, "", 1.0, None, 0.0, 60.0, [], [])
-        cols = completion_columns([])
-        await self._fetch("complete_runs", *cols, "")
-        await self._fetch("complete_runs_with_events", *cols, "")
+        await self.claim_runs([], 0, "", 1.0)  # no type offered, no run claimed
+        await self.complete_runs_with_events(completion_columns([]), "")
+        # complete_runs sends nothing for no results: one for a run that cannot exist (ids
+        # start at 1) matches no row.
+        await self.complete_runs(
+            [Completion(0, 0, RunStatus.SUCCEEDED, 0.0, Outcome.SUCCEEDED)], ""
+        )
 
     async def complete_runs_with_events(self, cols: list[list[Any]], owner: str) -> set[int]:
         """complete_runs for a batch with failed or dead results: also their notifications."""
