@@ -16,6 +16,9 @@ Variants (each drains the same due runs; every run must end succeeded after one 
   (HISTORY_INDEXES: the status lists and retention). Not a schema we could ship: it
   measures what the index upkeep of the two non-HOT updates per run costs, the most a hot
   queue kept apart from the history could save on them (docs/performance.md).
+- `no-attempt-fk`: `as-is` without the attempts' foreign key to `runs` (its check locks the
+  run's row `FOR KEY SHARE` for every attempt the claim inserts). Not a schema we ship
+  either: it measures what that check costs the claim.
 `--batch` sets the runs per claim (the supervisor's claim takes its free slots).
 """
 
@@ -42,7 +45,7 @@ from supervisor.core.store import Completion, Store, completion_columns
 
 OWNER = "bench-statements:1"
 TYPE = "bench"
-VARIANTS = ("as-is", "merged", "lean-claim", "no-history-indexes")
+VARIANTS = ("as-is", "merged", "lean-claim", "no-history-indexes", "no-attempt-fk")
 # Read only by the API's history lists and the pruner, never by claim or completion.
 HISTORY_INDEXES = ("runs_status_history", "runs_finished")
 _CLAIM_PARAMS = 9  # claim_runs' $1..$9; the completion's follow in the merged statement
@@ -136,6 +139,8 @@ async def drain(dsn: str, variant: str, runs: int, batch: int) -> dict[str, Any]
         if variant == "no-history-indexes":
             for index in HISTORY_INDEXES:
                 await setup.execute(f"DROP INDEX {index}")
+        if variant == "no-attempt-fk":
+            await setup.execute("ALTER TABLE run_attempts DROP CONSTRAINT run_attempts_run_id_fkey")
         await insert_due_runs(setup, runs, TYPE)
     finally:
         await setup.close()
