@@ -19,20 +19,24 @@ __all__ = ["drop_database", "fresh_database", "job", "wait_for"]
 
 async def fresh_database(admin_dsn: str, name: str) -> str:
     """An empty database `name` (dropped first if left over); its DSN."""
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
+    await _on_admin(admin_dsn, _drop(name), f'CREATE DATABASE "{name}"')
     return with_database(admin_dsn, name)
 
 
 async def drop_database(admin_dsn: str, name: str) -> None:
     """Drop `fresh_database`'s database `name`, with any session still on it."""
+    await _on_admin(admin_dsn, _drop(name))
+
+
+def _drop(name: str) -> str:
+    return f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+
+
+async def _on_admin(admin_dsn: str, *statements: str) -> None:
     admin = await asyncpg.connect(admin_dsn)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for sql in statements:
+            await admin.execute(sql)
     finally:
         await admin.close()
 

@@ -76,8 +76,8 @@ def test_bench_smoke_runs_every_scenario(admin_dsn: str, tmp_path: Path) -> None
 @pytest.mark.timeout(200)
 def test_statement_variants_each_drain_every_run_exactly_once(admin_dsn: str) -> None:
     """bench.statements builds its merged and lean statements from queries.sql (and drops
-    history indexes and the attempts' foreign key by name): after a change there they must still claim and record every
-    run once, or the tool says so."""
+    history indexes and the attempts' foreign key by name): after a change there they must
+    still claim and record every run once, or the tool says so."""
     stdout = _bench(admin_dsn, ["bench.statements", "--runs", "50", "--rounds", "1"], timeout=180)
     lines = [json.loads(x) for x in stdout.splitlines() if x.startswith('{"variant"')]
     assert sorted(x["variant"] for x in lines) == [
