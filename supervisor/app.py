@@ -152,7 +152,7 @@ class Supervisor:
             keeper=keeper,
             orphans=self.orphans,
             on_slot_free=lambda: claimer.slot_freed(),  # noqa: PLW0108 - built below
-            on_started=lambda type_, delay: m.queue_delay.record(delay, {"type": type_}),
+            on_started=lambda type_, delay: m.queue_delay.record(delay, type_),
             on_ended=lambda ended: record_attempt(m, ended),
             log_runs=cfg.log_runs == "all",
         )

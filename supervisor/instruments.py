@@ -83,7 +83,7 @@ def instrument(
 def record_attempt(m: Metrics, ended: AttemptEnded) -> None:
     m.count_attempt(ended.job_name, ended.type, ended.outcome)
     if ended.duration is not None:
-        m.run_duration.record(ended.duration, {"type": ended.type})
+        m.run_duration.record(ended.duration, ended.type)
     if ended.dead:
         m.runs_dead.add(1, {"job": ended.job_name, "type": ended.type})
 

@@ -30,7 +30,12 @@ class Keeper:
         self._proc = proc
         assert proc.stdin is not None
         self._stdin = proc.stdin
-        self._pending = bytearray()
+        self._pending = bytearray()  # taken from _queued by _flush, being written
+        self._queued: list[bytes] = []  # messages of this coalescing window
+        # Children whose one `+` is still in _queued (its index there): a child that ends
+        # inside the window needs no message at all (_drop_unsent).
+        self._unsent: dict[str, int] = {}
+        self._solo: set[str] = set()  # announced on their own (`=`): their `-` must go out
         self._writer_loop: asyncio.AbstractEventLoop | None = None
         self._flushed = asyncio.Event()
         self._flushed.set()
@@ -79,6 +84,7 @@ class Keeper:
         the spawn must not leave the child without a deadline (the keeper finds it by its
         marker until `register` names its group). `cgroup`: the run's cgroup directories,
         killed whole (cgkill.py) wherever its processes went."""
+        self._solo.add(child_id)
         self._send(f"={child_id} {kill_by:.6f}{_dirs(cgroup)}\n".encode(), now=True)
 
     def announce_batch(self, prefix: str, kill_by: float) -> None:
@@ -97,19 +103,42 @@ class Keeper:
         kill_by: float | None = None,
         child_id: str = "",
         cgroup: tuple[str, ...] = (),
+        *,
+        moved: bool = False,
     ) -> None:
         """Have the keeper kill process group `pgid` (and cgroup `cgroup`) if the supervisor
         dies, or at the monotonic instant `kill_by` (and the processes marked with
-        `child_id`). Sent again, it moves the deadline."""
-        self._send(f"+{pgid} {kill_by or 0:.6f} {child_id}{_dirs(cgroup)}\n".encode())
+        `child_id`). Sent again with `moved`, it moves the deadline."""
+        message = f"+{pgid} {kill_by or 0:.6f} {child_id}{_dirs(cgroup)}\n".encode()
+        # Unsent while every `+` of the child is in this window (a moved deadline replaces
+        # the queued one: the keeper keeps only the last).
+        unsent = self._drop_unsent(child_id) or not moved
+        if unsent and child_id and not self._closed and not self._broken:
+            self._unsent[child_id] = len(self._queued)
+        self._send(message)
 
     def unregister(self, pgid: int, child_id: str = "") -> None:
         """Forget the child (its group is gone; the number may be reused)."""
+        solo = child_id in self._solo
+        if solo:
+            self._solo.discard(child_id)
+        if self._drop_unsent(child_id) and not solo:
+            # Its `+` never left: the keeper applies a window's messages in order, so `+`
+            # then `-` would leave it as it is now. Most children end inside their window.
+            return
         self._send(f"-{pgid} {child_id}\n".encode())
+
+    def _drop_unsent(self, child_id: str) -> bool:
+        """Take the child's queued `+` back out of this window; False if none is queued."""
+        index = self._unsent.pop(child_id, None) if child_id else None
+        if index is None:
+            return False
+        self._queued[index] = b""
+        return True
 
     async def sync(self) -> None:
         """Write what is queued now and wait until the keeper has it."""
-        if self._pending:
+        if self._pending or self._queued:
             self._flush()
         await self._flushed.wait()
 
@@ -136,7 +165,7 @@ class Keeper:
     def _send(self, message: bytes, now: bool = False) -> None:
         if self._closed or self._broken:
             return
-        self._pending += message
+        self._queued.append(message)
         if now:
             self._flush()
         elif self._flush_timer is None and self._writer_loop is None:
@@ -147,6 +176,10 @@ class Keeper:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
+        if self._queued:
+            self._pending += b"".join(self._queued)
+            self._queued.clear()
+            self._unsent.clear()
         # Non-blocking so a stalled keeper can never block the supervisor's event loop.
         try:
             while self._pending:
@@ -160,6 +193,7 @@ class Keeper:
         except OSError as exc:
             self._broken = True
             self._pending.clear()
+            self._solo.clear()
             logging.getLogger(__name__).error(
                 "keeper %d for %s is gone (%s): children will not be killed if this "
                 "supervisor dies",

@@ -258,7 +258,7 @@ class Child:
 
     def set_kill_by(self, kill_by: float) -> None:  # after a lease renewal
         if self.keeper is not None and self.pid is not None and not self._exited.done():
-            self.keeper.register(self.pid, kill_by, self.child_id, self._cgroup_dirs())
+            self.keeper.register(self.pid, kill_by, self.child_id, self._cgroup_dirs(), moved=True)
 
     def _cgroup_dirs(self) -> tuple[str, ...]:
         return () if self.cgroup is None else self.cgroup.dirs

@@ -227,10 +227,11 @@ class Store(History):
         return {r["id"] for r in await self._fetch("complete_runs", *cols, owner)}
 
     async def warm_hot_statements(self) -> None:
-        """The claim and the completions with nothing to claim or record: on a new
-        connection, their generic plans (3-5 ms of the server's CPU each) are made here
-        instead of on the first claim that uses the connection."""
+        """The claim, the catch-up pass and the completions with nothing to claim, skip or
+        record: on a new connection, their generic plans (3-5 ms of the server's CPU each)
+        are made here instead of on the first claim or pass that uses the connection."""
         await self.claim_runs([], 0, "", 1.0)  # no type offered, no run claimed
+        await self.skip_missed_runs(60.0, 0, old=False)  # judges at most 0 runs
         await self.complete_runs_with_events(completion_columns([]), "")
         # complete_runs sends nothing for no results: one for a run that cannot exist (ids
         # start at 1) matches no row.

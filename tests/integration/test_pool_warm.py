@@ -1,5 +1,5 @@
-"""A supervisor's pool connection makes the claim's and the completions' plans before it
-serves (db.create_pool's `warm`): the first claim on a new connection, at start-up or after
+"""A supervisor's pool connection makes the claim's, the catch-up pass's and the
+completions' plans before it serves (db.create_pool's `warm`): the first claim on a new connection, at start-up or after
 a failover, does not pay 3-20 ms of the server's planning and catalog look-ups. Warming
 claims nothing and changes nothing, and works on a database not yet migrated."""
 
@@ -10,10 +10,10 @@ from supervisor.core.migrator import migrate
 from supervisor.core.sql import QUERIES
 from supervisor.core.store import Store
 
-from ..factory import all_attempts, manual_runs, run_ids, statuses
+from ..factory import all_attempts, due_run, manual_runs, run_ids, set_run, sql_value, statuses
 from ..helpers import drop_database, fresh_database
 
-HOT = ("claim_runs", "complete_runs", "complete_runs_with_events")
+HOT = ("claim_runs", "skip_missed_runs", "complete_runs", "complete_runs_with_events")
 
 
 async def _warm(conn: Conn) -> None:
@@ -45,11 +45,17 @@ async def test_a_new_connection_has_the_hot_plans_before_it_serves(dsn: str) -> 
 async def test_warming_claims_and_changes_nothing(store: Store, dsn: str) -> None:
     job_id = await manual_runs(store, "echo", [5.0, 1.0])
     ids = await run_ids(store, job_id)
+    # A run the catch-up pass skips once it judges it: warming judges nothing.
+    missed = await due_run(store, "old", catchup="none")
+    ago = await sql_value(store, "SELECT now() - interval '10 minutes'")
+    await set_run(store, missed, scheduled_at=ago, run_after=ago)
     pool = await create_pool(dsn, min_size=3, max_size=3, generic_plans=True, warm=_warm)
     try:
         assert pool.get_size() == 3  # three connections warmed
         assert await statuses(store, ids) == {"scheduled": 2}
+        assert await statuses(store, [missed]) == {"scheduled": 1}
         assert await all_attempts(store, ids) == []
+        assert [s.id for s in (await Store(pool).skip_missed_runs(60.0, 100)).skipped] == [missed]
         # ... and the warmed connections still claim what is due.
         claimed = await Store(pool).claim_runs(["echo"], 10, "host-a", 30.0)
         assert sorted(c.id for c in claimed) == sorted(ids)
