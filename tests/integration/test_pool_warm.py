@@ -1,7 +1,8 @@
 """A supervisor's pool connection makes the claim's, the catch-up pass's and the
-completions' plans before it serves (db.create_pool's `warm`): the first claim on a new connection, at start-up or after
-a failover, does not pay 3-20 ms of the server's planning and catalog look-ups. Warming
-claims nothing and changes nothing, and works on a database not yet migrated."""
+completions' plans before it serves (db.create_pool's `warm`): the first claim on a new
+connection, at start-up or after a failover, does not pay 3-20 ms of the server's planning
+and catalog look-ups. Warming claims nothing and changes nothing, and works on a database
+not yet migrated."""
 
 from __future__ import annotations
 

@@ -100,7 +100,6 @@ async def test_the_keeper_knows_after_each_window_what_every_message_would_tell(
     reference: Table = {}  # every call's message applied
     keeper_side: Table = {}  # what the keeper receives, applied by keeperd's parser
     live: dict[str, int] = {}  # child id -> pgid, registered and not yet ended
-    known: set[str] = set()  # children registered at least once
     counter = 0
 
     def tell(message: str) -> None:
@@ -117,7 +116,6 @@ async def test_the_keeper_knows_after_each_window_what_every_message_would_tell(
             keeper.register(pgid, 5.0, child_id)
             tell(f"+{pgid} 5.000000 {child_id}")
             live[child_id] = pgid
-            known.add(child_id)
         elif action < 0.5 and live:  # a lease renewal moves a running child's deadline
             child_id = rng.choice(sorted(live))
             kill_by = rng.randint(6, 99)
@@ -138,4 +136,4 @@ async def test_the_keeper_knows_after_each_window_what_every_message_would_tell(
         assert _apply(line, keeper_side)
     assert state(keeper_side) == state(reference)
     assert set(reference) == set(live)
-    assert counter > 20 and known
+    assert counter > 20  # the sequence started enough children to mean something
