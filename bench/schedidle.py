@@ -2,7 +2,9 @@
 scheduler's tracepoints, rebuilds each CPU's run queue (tasks runnable but not running), and
 reports, between the first and last time a task named --comm ran (the jobs' children:
 `true` by default), how long each CPU was idle and how much of that another CPU had a task
-waiting, with the commands that waited and how long they had.
+waiting, with the commands that waited and how long they had; then each process that was
+busy through the window (the workers) by state: running, waiting for a CPU, blocked (`D`:
+for a spawning worker, mostly the vfork wait for its child's exec) and sleeping.
 
     perf record -a -e sched:sched_switch -e sched:sched_wakeup -e sched:sched_wakeup_new \\
         -e sched:sched_migrate_task -o sched.data -- CMD ...
@@ -25,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EVENTS = ("sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_migrate_task")
-_LINE = re.compile(r"^\s*.+?\s+\d+\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):\s+(.*)$")
+_LINE = re.compile(r"^\s*.+?\s+-?\d+\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):\s+(.*)$")
 _PREV = re.compile(r"prev_comm=(.*?) prev_pid=(\d+) .*prev_state=(\S+)")
 _NEXT = re.compile(r"next_comm=(.*?) next_pid=(\d+) ")
 _WAKE = re.compile(r"comm=(.*?) pid=(\d+) .*target_cpu=(\d+)")
 _MIGRATE = re.compile(r"pid=(\d+) .*orig_cpu=(\d+) dest_cpu=(\d+)")
+_STATES = {"R": "waiting", "S": "sleeping", "D": "blocked"}  # by sched_switch's prev_state
 _AGE_BUCKETS = ((1e-4, "<0.1 ms"), (5e-4, "0.1-0.5 ms"), (2e-3, "0.5-2 ms"), (1e-2, "2-10 ms"))
 
 
@@ -49,6 +52,9 @@ class Report:
     # task-seconds, summed per command; "python>true" is a child before its exec
     waiting_comms: dict[str, float] = field(default_factory=dict)
     waiting_ages: dict[str, float] = field(default_factory=dict)  # by how long it had waited
+    # pid -> its commands and seconds per state, for tasks in the whole window: running,
+    # waiting (runnable), sleeping (S) or blocked (D: a vfork parent waits so for the exec)
+    states: dict[int, tuple[str, dict[str, float]]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [f"window {self.window:.3f} s"]
@@ -64,6 +70,10 @@ class Report:
         out.append(f"waiting while a CPU idled (task-seconds): {top}")
         ages = ", ".join(f"{a} {s * 1e3:.1f} ms" for a, s in sorted(self.waiting_ages.items()))
         out.append(f"how long they had waited: {ages}")
+        for pid, (name, spent) in sorted(self.states.items()):
+            shares = sorted(spent.items(), key=lambda kv: -kv[1])
+            text = ", ".join(f"{state} {t / self.window:.0%}" for state, t in shares)
+            out.append(f"{name} {pid}: {text}")
         return out
 
 
@@ -89,6 +99,9 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
     waiting: dict[int, dict[int, float]] = {c: {} for c in cpus}  # CPU -> pid -> since
     names: dict[int, list[str]] = {}  # pid -> the commands it ran as, in order
     waited: dict[int, float] = {}  # pid -> seconds it waited while a CPU idled
+    state: dict[int, tuple[str, float]] = {}  # pid -> (state, since)
+    spent: dict[int, dict[str, float]] = {}  # pid -> state -> seconds in the window
+    changes: dict[int, int] = {}  # pid -> state changes in the window
     report = Report(window=end - start, idle=dict.fromkeys(cpus, 0.0))
     report.idle_with_waiting = dict.fromkeys(cpus, 0.0)
     last = start
@@ -112,6 +125,16 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
                     report.waiting_ages[age] = report.waiting_ages.get(age, 0.0) + dt
         last = t
 
+    def become(pid: int, new: str, now: float) -> None:
+        old = state.get(pid)
+        if old is not None:
+            seconds = min(now, end) - max(old[1], start)
+            if seconds > 0:
+                per = spent.setdefault(pid, {})
+                per[old[0]] = per.get(old[0], 0.0) + seconds
+                changes[pid] = changes.get(pid, 0) + 1
+        state[pid] = (new, now)
+
     def unqueue(pid: int) -> None:
         for queue in waiting.values():
             queue.pop(pid, None)
@@ -132,6 +155,8 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
                 waiting[e.cpu][prev_pid] = e.time
             _name(names, prev_pid, prev.group(1))
             _name(names, next_pid, nxt.group(1))
+            become(prev_pid, _STATES.get(prev.group(3)[:1], "sleeping"), e.time)
+            become(next_pid, "running", e.time)
             running[e.cpu] = next_pid
         elif e.name in ("sched_wakeup", "sched_wakeup_new"):
             m = _WAKE.search(e.fields)
@@ -142,6 +167,7 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
                 unqueue(pid)
                 waiting.setdefault(target, {})[pid] = e.time
                 _name(names, pid, m.group(1))
+                become(pid, "waiting", e.time)
         else:
             m = _MIGRATE.search(e.fields)
             if m is None:
@@ -154,6 +180,21 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
     for pid, seconds in waited.items():
         name = ">".join(names.get(pid, ["?"]))
         report.waiting_comms[name] = report.waiting_comms.get(name, 0.0) + seconds
+    for pid, (now, _) in list(state.items()):
+        become(pid, now, end)
+    window = end - start
+    for pid, per in spent.items():
+        # The busy processes of the whole window (the workers): not the idle task, not a
+        # child, mostly awake, and often switched (a task whose switches the trace lacks,
+        # such as another namespace's, would look always running)
+        if (
+            pid != 0
+            and window_comm not in names[pid]
+            and sum(per.values()) >= 0.99 * window
+            and per.get("sleeping", 0.0) < 0.5 * window
+            and changes.get(pid, 0) >= 100
+        ):
+            report.states[pid] = (">".join(names[pid]), per)
     return report
 
 

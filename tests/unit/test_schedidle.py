@@ -65,3 +65,40 @@ def test_a_task_migrated_to_the_idle_cpu_stops_counting_for_it() -> None:
 def test_a_trace_without_the_window_task_is_refused() -> None:
     with pytest.raises(ValueError, match="no task named 'true'"):
         analyse(parse([_switch(1.0, 0, ("swapper/0", 0, "R"), ("python", 20))]))
+
+
+def test_the_switch_away_from_an_exiting_task_is_read() -> None:
+    # perf prints an exiting task's last switch as ":-1 -1"; dropping it would leave the
+    # task it switched to waiting forever.
+    trace = [
+        _switch(3.000, 0, ("swapper/0", 0, "R"), ("true", 10)),
+        _switch(3.000, 1, ("python", 20, "S"), ("swapper/1", 0)),
+        _wakeup(3.001, 0, "true", 11, 0),
+        ":-1    -1 [000] 3.002000: sched:sched_switch: prev_comm=true prev_pid=10"
+        " prev_prio=120 prev_state=X ==> next_comm=true next_pid=11 next_prio=120",
+        _switch(3.010, 0, ("true", 11, "S"), ("true", 12)),
+    ]
+    report = analyse(parse(trace))
+    assert report.idle[1] == pytest.approx(0.010)
+    assert report.idle_with_waiting[1] == pytest.approx(0.001)  # 3.001-3.002 only
+
+
+def test_a_busy_process_is_reported_by_state() -> None:
+    trace = [_switch(0.0, 1, ("swapper/1", 0, "R"), ("true", 10))]
+    t = 0.0
+    for _ in range(50):  # 4 ms cycles: run 1, blocked 2 (vfork wait), wait 0.5, sleep 0.5
+        trace.append(_switch(t, 0, ("swapper/0", 0, "R"), ("python", 20)))
+        trace.append(_switch(t + 0.001, 0, ("python", 20, "D"), ("swapper/0", 0)))
+        trace.append(_wakeup(t + 0.003, 1, "python", 20, 0))
+        trace.append(_switch(t + 0.0035, 0, ("swapper/0", 0, "R"), ("python", 20)))
+        trace.append(_switch(t + 0.0035, 0, ("python", 20, "S"), ("swapper/0", 0)))
+        t += 0.004
+    trace.append(_switch(t, 1, ("true", 10, "S"), ("true", 11)))
+    report = analyse(parse(trace))
+    name, spent = report.states[20]
+    assert name == "python"
+    shares = {state: seconds / report.window for state, seconds in spent.items()}
+    assert shares == pytest.approx(
+        {"running": 0.25, "blocked": 0.5, "waiting": 0.125, "sleeping": 0.125}, abs=1e-6
+    )
+    assert 10 not in report.states and 0 not in report.states  # a child, the idle task
