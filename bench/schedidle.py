@@ -18,6 +18,7 @@ every switch costs a few per cent of throughput, so rates measured under it do n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import subprocess
 import sys
@@ -102,8 +103,11 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
     state: dict[int, tuple[str, float]] = {}  # pid -> (state, since)
     spent: dict[int, dict[str, float]] = {}  # pid -> state -> seconds in the window
     changes: dict[int, int] = {}  # pid -> state changes in the window
-    report = Report(window=end - start, idle=dict.fromkeys(cpus, 0.0))
-    report.idle_with_waiting = dict.fromkeys(cpus, 0.0)
+    report = Report(
+        window=end - start,
+        idle=dict.fromkeys(cpus, 0.0),
+        idle_with_waiting=dict.fromkeys(cpus, 0.0),
+    )
     last = start
 
     def account(now: float) -> None:
@@ -180,9 +184,9 @@ def analyse(events: list[Event], window_comm: str = "true") -> Report:
     for pid, seconds in waited.items():
         name = ">".join(names.get(pid, ["?"]))
         report.waiting_comms[name] = report.waiting_comms.get(name, 0.0) + seconds
-    for pid, (now, _) in list(state.items()):
-        become(pid, now, end)
-    window = end - start
+    for pid, (current, _) in list(state.items()):
+        become(pid, current, end)
+    window = report.window
     for pid, per in spent.items():
         # The busy processes of the whole window (the workers): not the idle task, not a
         # child, mostly awake, and often switched (a task whose switches the trace lacks,
@@ -228,8 +232,9 @@ def record(argv: list[str], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
+    recording = "--record" in args_in
     cmd: list[str] = []
-    if "--record" in args_in:  # everything after it (and an optional "--") is the command
+    if recording:  # everything after it (and an optional "--") is the command
         at = args_in.index("--record")
         args_in, cmd = args_in[:at], args_in[at + 1 :]
         cmd = cmd[1:] if cmd[:1] == ["--"] else cmd
@@ -238,20 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("trace", nargs="?", help="`perf script` output (default: stdin)")
     p.add_argument("--comm", default="true", help="the window's task name (default: true)")
     args = p.parse_args(args_in)
-    if "--record" in (argv if argv is not None else sys.argv[1:]) and not cmd:
+    if recording and not cmd:
         p.error("--record needs a command")
     try:
-        if cmd:
-            with tempfile.TemporaryDirectory(prefix="pc-schedidle-") as tmp:
-                trace = Path(tmp) / "sched.txt"
+        with contextlib.ExitStack() as stack:
+            source: Iterable[str] = sys.stdin
+            if cmd:
+                trace = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "sched.txt"
                 record(cmd, trace)
-                with trace.open() as f:
-                    report = analyse(parse(f), args.comm)
-        elif args.trace:
-            with open(args.trace) as f:
-                report = analyse(parse(f), args.comm)
-        else:
-            report = analyse(parse(sys.stdin), args.comm)
+                source = stack.enter_context(trace.open())
+            elif args.trace:
+                source = stack.enter_context(open(args.trace))
+            report = analyse(parse(source), args.comm)
     except ValueError as exc:
         print(f"schedidle: {exc}", file=sys.stderr)
         return 1
