@@ -97,8 +97,13 @@ async def serve(
     tokens = Tokens.parse(cfg.api_tokens)
     host, port = parse_listen(cfg.api_listen)
     check_exposure(host, tokens)
+    if auto_migrate and cfg.pooled:  # migrations hold a session advisory lock
+        raise PunchclockError(
+            "--migrate behind a transaction pooler: run `punchclock migrate` with "
+            "listen_database_url (a direct connection) instead"
+        )
     try:
-        pool = await create_pool(cfg.database_url, min_size=1, max_size=10)
+        pool = await create_pool(cfg.database_url, min_size=1, max_size=10, pooled=cfg.pooled)
     except CONNECT_ERRORS as exc:
         raise PunchclockError(f"cannot connect to the database: {exc}") from None
     runner: web.AppRunner | None = None

@@ -14,49 +14,33 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from supervisor import __version__, lease
-from supervisor.claimer import Claimer
-from supervisor.core.channels import notifications
+from supervisor import __version__
+from supervisor.compose import Services, build_services
 from supervisor.core.config import Config, parse_listen
-from supervisor.core.db import DB_ERRORS, create_pool
+from supervisor.core.db import DB_ERRORS, SERVER_FULL, connect, create_pool
+from supervisor.core.fleet import DUTIES, fleet
 from supervisor.core.httpd import health_routes, start_side_door
 from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
 from supervisor.core.migrator import check_schema, migrate, pending_migrations
-from supervisor.core.planning import PlanLimits
 from supervisor.core.store import Store
 from supervisor.executor import Executor
-from supervisor.fence import FenceWatch
-from supervisor.heartbeater import Heartbeater
-from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
 from supervisor.keeper import Keeper
-from supervisor.listener import Listener
-from supervisor.livetail import LiveTail
-from supervisor.loop import Loop
-from supervisor.notifier import WebhookNotifier
 from supervisor.orphans import Orphans
-from supervisor.planner import PLAN_LANES, Planner
-from supervisor.pruner import Pruner
-from supervisor.reaper import Reaper
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
 
 log = logging.getLogger("punchclock.supervisor")
-# While a backlog is due, a freed slot waits until every slot is free or this many seconds
-# passed, so one claim refills them all (see claimer.py): short against any schedule's
-# precision, long against the life of a trivial child. Measured with /bin/true (bench/):
-# claims of 8 instead of 1-2 runs cut the database's CPU per run by half.
-REFILL_WAIT = 0.005
 
 
 class Supervisor:
@@ -78,10 +62,17 @@ class Supervisor:
             self.stopping.set()
 
     async def _prepare_schema(self, pool: asyncpg.Pool) -> None:
+        if self.auto_migrate:  # under a session advisory lock: never through a pooler
+            direct = self.cfg.direct_database_url
+            if not direct:
+                raise SystemExit("--migrate behind a transaction pooler needs listen_database_url")
+            direct_conn = await connect(direct)
+            try:
+                await migrate(direct_conn)
+            finally:
+                await direct_conn.close()
+            return
         async with pool.acquire() as conn:
-            if self.auto_migrate:
-                await migrate(conn)
-                return
             pending = await pending_migrations(conn)
         check_schema(pending)
         if pending:
@@ -94,26 +85,38 @@ class Supervisor:
             )
 
     async def _connect(self) -> asyncpg.Pool:
+        """The pool, retried with backoff and jitter until the database takes us: a fleet
+        that comes back after an outage must not knock all at once."""
         backoff = 0.2
         while True:
             try:
                 return await create_pool(
                     self.cfg.database_url,
-                    min_size=6,
-                    max_size=6,
+                    min_size=self.cfg.pool_size,
+                    max_size=self.cfg.pool_size,
                     generic_plans=True,
                     warm=lambda conn: Store(conn).warm_hot_statements(),
+                    pooled=self.cfg.pooled,
+                )
+            except SERVER_FULL as exc:
+                log_event(
+                    log,
+                    "db_full",
+                    level=logging.ERROR,
+                    error=str(exc),
+                    detail="the server has no connection left (max_connections): put "
+                    "PgBouncer in front (deploy/README.md, Sizing); retrying",
                 )
             except DB_ERRORS as exc:
                 log_event(log, "db_unreachable", level=logging.WARNING, error=repr(exc))
             if self.stopping.is_set():
                 raise SystemExit(0)
             try:
-                async with asyncio.timeout(backoff):
+                async with asyncio.timeout(backoff * random.uniform(0.5, 1.0)):
                     await self.stopping.wait()
             except TimeoutError:
                 pass
-            backoff = min(backoff * 2, 5.0)
+            backoff = min(backoff * 2, 10.0)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -137,118 +140,6 @@ class Supervisor:
             except TimeoutError:  # a connection stuck on a dead database
                 pool.terminate()
 
-    def _build(self, store: Store, keeper: Keeper, metrics: Metrics) -> Services:
-        cfg = self.cfg
-        m = metrics
-        claimer: Claimer
-        executor = Executor(
-            store,
-            self.registry,
-            owner=self.owner,
-            concurrency=cfg.effective_concurrency,
-            lease_ttl=cfg.lease_ttl,
-            kill_grace=cfg.kill_grace,
-            output_limit=cfg.output_limit,
-            keeper=keeper,
-            orphans=self.orphans,
-            on_slot_free=lambda: claimer.slot_freed(),  # noqa: PLW0108 - built below
-            on_started=lambda type_, delay: m.queue_delay.record(delay, type_),
-            on_ended=lambda ended: record_attempt(m, ended),
-            log_runs=cfg.log_runs == "all",
-        )
-        claimer = Claimer(
-            store,
-            owner=self.owner,
-            types=self.registry.types,
-            slots=executor,
-            lease_ttl=cfg.lease_ttl,
-            misfire_grace=cfg.misfire_grace,
-            poll_interval=cfg.poll_interval,
-            on_skipped=lambda rows: record_skipped(m, rows),
-            on_claim_latency=m.claim_latency.record,
-            refill_batch=cfg.effective_concurrency,
-            refill_wait=REFILL_WAIT,
-            ahead=cfg.claim_ahead,
-        )
-
-        def planned(inserted: int, seconds: float) -> None:
-            m.planned.add(inserted)
-            m.plan_tick.record(seconds)
-
-        planner = Planner(
-            store,
-            PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
-            on_planned=planned,
-            heartbeat_url=cfg.heartbeat_ping_url,
-            hold_off=executor.hold_off,
-            lanes=PLAN_LANES,
-            idle=lambda: executor.in_flight() == 0,
-        )
-        reaper = Reaper(
-            store,
-            interval=max(0.2, cfg.lease_ttl / 4),
-            on_reaped=lambda rows: record_reaped(m, rows),
-        )
-
-        heartbeater = Heartbeater(
-            store,
-            owner=self.owner,
-            lease_ttl=cfg.lease_ttl,
-            holder=executor,
-            on_renewed=m.lease_renewals.add,
-        )
-
-        def fence_tick() -> None:
-            executor.fence_check()
-            self.orphans.sweep_soon()  # also catches daemons orphaned while handlers run
-
-        fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
-        every = cfg.live_output_interval
-        tails = LiveTail(store, executor, every) if every > 0 else None
-        listener = Listener(cfg.database_url, claimer.notified)
-        pruner = Pruner(
-            store,
-            keep_succeeded_days=cfg.retention_succeeded_days,
-            keep_failed_days=cfg.retention_failed_days,
-            keep_deliveries_days=cfg.retention_deliveries_days,
-        )
-        notifier = WebhookNotifier(
-            notifications(store),
-            owner=self.owner,
-            timeout=cfg.notify_timeout,
-            retry_window=cfg.notify_retry_window,
-            allowed_hosts=cfg.notify_allowed_hosts,
-            late_after=cfg.ready_max_lag,
-        )
-        loops: list[Loop] = [
-            planner,
-            claimer,
-            reaper,
-            listener,
-            heartbeater,
-            fence,
-            pruner,
-            notifier,
-        ]
-        if tails is not None:
-            loops.append(tails)
-        instrument(
-            m, executor, heartbeater, planner, claimer, self.orphans, [*loops, executor.completer]
-        )
-        notifier.instrument(m)
-        return Services(
-            executor,
-            claimer,
-            planner,
-            reaper,
-            heartbeater,
-            fence,
-            listener,
-            pruner,
-            notifier,
-            tails=tails,
-        )
-
     async def _serve(self, store: Store, keeper: Keeper, pool: asyncpg.Pool) -> int:
         cfg = self.cfg
         types = self.registry.types
@@ -261,6 +152,7 @@ class Supervisor:
             __version__,
             cfg.lease_ttl,
         )
+        await fleet(store).add_duties(DUTIES)
         log_event(
             log,
             "supervisor_started",
@@ -268,7 +160,17 @@ class Supervisor:
             types=types,
             concurrency=cfg.effective_concurrency,
             lease_ttl=cfg.lease_ttl,
+            pooler=cfg.database_pooler,
+            wake_ups="listen" if cfg.direct_database_url else "poll",
         )
+        if not cfg.direct_database_url:
+            log_event(
+                log,
+                "polling",
+                level=logging.WARNING,
+                detail="database_url is a transaction pooler and no listen_database_url is "
+                f"set: no LISTEN; the fleet polls each type every {cfg.poll_gap:g} s",
+            )
         for r in self.registry.rejected:
             log_event(
                 log,
@@ -281,7 +183,9 @@ class Supervisor:
         if not types:
             log_event(log, "no_handlers", level=logging.WARNING, detail="this host claims nothing")
         metrics = Metrics("supervisor")
-        sv = self._build(store, keeper, metrics)
+        sv = build_services(
+            self.cfg, self.registry, self.owner, self.orphans, store, keeper, metrics
+        )
         self.executor = sv.executor
         side_door = None
         if cfg.metrics_listen:
@@ -317,7 +221,8 @@ class Supervisor:
                     seconds=round(time.monotonic() - started, 3),
                 )
         finally:
-            await sv.listener.close()
+            if sv.listener is not None:
+                await sv.listener.close()
             for entry in list(sv.executor.inflight.values()):  # crash path: no orphans
                 if entry.child is not None:
                     await entry.child.kill("supervisor crashed", 0)
@@ -336,31 +241,6 @@ class Supervisor:
             notifier.watchdog()
             notifier.status(f"running {executor.running}/{executor.concurrency}")
             await asyncio.sleep(interval)
-
-
-@dataclass
-class Services:
-    executor: Executor
-    claimer: Claimer
-    planner: Planner
-    reaper: Reaper
-    heartbeater: Heartbeater
-    fence: FenceWatch
-    listener: Listener
-    pruner: Pruner
-    notifier: WebhookNotifier
-    tails: LiveTail | None  # None: live_output_interval = 0
-    completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def intake(self) -> list[Loop]:
-        """What takes new work: stopped first (the notifier ends its deliveries in flight)."""
-        return [self.planner, self.claimer, self.reaper, self.listener, self.pruner, self.notifier]
-
-    @property
-    def upkeep(self) -> list[Loop]:
-        """What keeps leases and fences while children finish: stopped last."""
-        return [self.heartbeater, self.fence, *([self.tails] if self.tails else [])]
 
 
 @dataclass

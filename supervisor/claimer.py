@@ -26,6 +26,13 @@ cleared, a retry or a manual run was added) and at least every CURSOR_EVERY seco
 run passed over for any other reason waits that long at most (DESIGN.md, Lease and fencing
 protocol).
 
+In a fleet (DESIGN.md, Fleet) a NOTIFY names a type and a turn: a host that does not offer
+the type, or is not among the seats the turn wakes first, stays asleep. Only those first
+seats keep a timer for the next due run; every host polls, less often the more hosts offer
+its types, so that the fleet's polls of a type stay `poll_gap` apart whatever its size. A
+claim that comes back full after one that did not (a backlog begins here) wakes the next
+seats of its types, so a burst spreads over the fleet in a few claims' time.
+
 Runs due within `claim_ahead` seconds are claimed with the ones due now, and the executor
 starts each at its instant: a start waits on a local timer, not on a claim that has to
 get through a busy database at that instant. Never early by the database's clock: the
@@ -43,9 +50,11 @@ from datetime import datetime
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import UniqueConflict
+from supervisor.core.fleet import Wake
 from supervisor.core.log import log_event
 from supervisor.core.records import Claim, Skipped
 from supervisor.core.store import Store
+from supervisor.duties import Duties
 from supervisor.faces import Slots
 from supervisor.loop import Loop, Pass
 
@@ -89,8 +98,19 @@ class Claimer(Loop):
         refill_batch: int = 1,
         refill_wait: float = 0.0,
         ahead: float = 0.0,
+        duties: Duties | None = None,
+        poll_gap: float = 0.05,
+        listening: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
+        self.poll_interval = poll_interval
+        # What this host knows of the fleet (None: alone, as tests build it): its seats
+        # decide which wake-ups are its and how often it polls; the catchup duty, whether
+        # it judges old runs.
+        self.duties = duties
+        self.poll_gap = poll_gap
+        # Whether a LISTEN connection is up now: without one, polls are all there is.
+        self.listening = listening or (lambda: True)
         self.store = store
         self.owner = owner
         self.types = types
@@ -107,6 +127,7 @@ class Claimer(Loop):
         self.ahead = ahead
         self._backlog = False  # the last claim filled every free slot: more may be due
         self.unstarted = 0  # claimed runs start() refused since start-up (a metric)
+        self.ignored = 0  # wake-ups for other types or seats, not acted on
         self._refill_by: float | None = None
         # Where the next catch-up pass reads on among old unstarted runs (None: the oldest),
         # and when (monotonic) it reads them again.
@@ -126,13 +147,44 @@ class Claimer(Loop):
             return
         self.wake()
 
-    def notified(self) -> None:
-        """A NOTIFY: runs may be claimable behind the cursors. Claim from the start, now."""
+    def notified(self, payload: str | None = None) -> None:
+        """A NOTIFY (None: the LISTEN connection was (re)made, some may be lost): runs
+        may be claimable behind the cursors. Claim from the start, now, unless the wake-up
+        is for another type or other seats."""
+        duties = self.duties
+        if payload is not None and duties and not duties.wakes(Wake.parse(payload), self.types):
+            self.ignored += 1
+            return
         self._cursors.clear()
         self.wake()
 
+    def _catchup(self) -> bool:
+        return self.duties is None or self.duties.holds("catchup")
+
+    def poll_every(self) -> float:
+        """Seconds between this host's polls (DESIGN.md, Fleet)."""
+        floor = self.poll_interval if self.listening() else self.poll_gap
+        if self.duties is None:
+            return floor
+        return self.duties.poll_every(self.types, floor, self.poll_gap)
+
+    async def _fan_out(self, rows: list[Claim]) -> None:
+        """A backlog begins: wake the next seats of the crowded types among `rows`."""
+        crowded = self.duties.crowded({r.type for r in rows}) if self.duties else []
+        if not crowded:
+            return
+        try:
+            await self.store.notify_wake(sorted(crowded))
+        except DB_ERRORS as exc:  # their polls find the backlog
+            self.db_error(exc)
+
     async def run_once(self) -> ClaimPass:
-        if not self.types:
+        self.interval = self.poll_every()
+        if not self.types:  # a host without handlers may still hold the catchup duty
+            if self._catchup():
+                judged = await self._judge_old(self.store, time.monotonic())
+                self._skipped(judged)
+                return ClaimPass(CATCHUP_OLD_EVERY, skipped=len(judged))
             return ClaimPass()
         free = self.slots.free_slots
         if free <= 0:
@@ -161,14 +213,9 @@ class Claimer(Loop):
         claims: list[tuple[list[str], int, list[Claim]]] = []
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
-                old = sent_at >= self._catchup_old_at
+                old = sent_at >= self._catchup_old_at and self._catchup()
                 if old:  # the old unstarted runs (and overlap's), once a second
-                    catchup = await tx.skip_missed_runs(
-                        self.misfire_grace, CATCHUP_WINDOW, self._catchup_from
-                    )
-                    skipped = catchup.skipped
-                    self._catchup_from = catchup.resume_after
-                    self._catchup_old_at = sent_at + CATCHUP_OLD_EVERY
+                    skipped = await self._judge_old(tx, sent_at)
                 rows: list[Claim] = []
                 for types, most in batches:
                     if (n := min(most, free - len(rows))) > 0:
@@ -193,6 +240,8 @@ class Claimer(Loop):
         for types, n, got in claims:
             self._move_cursors(types, n, got, sent_at)
         recovered = held_ids is not None
+        if len(rows) == free and not self._backlog:
+            await self._fan_out(rows)
         self._backlog = len(rows) == free
         self.uncertain = False
         if self.on_claim_latency:
@@ -227,7 +276,7 @@ class Claimer(Loop):
                     job_name=row.job_name,
                     error=repr(exc),
                 )
-        if not old and (not rows or any(r.overlap_due for r in rows)):
+        if not old and ((not rows and self._catchup()) or any(r.overlap_due for r in rows)):
             skipped += await self._skip_overlaps()
         done = ClaimPass(
             claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted
@@ -243,8 +292,8 @@ class Claimer(Loop):
             return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
         room = self.slots.room()
         open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
-        if not open_types:
-            return replace(done, next_in=self.interval)
+        if not open_types or (self.duties is not None and not self.duties.leads(open_types)):
+            return replace(done, next_in=self.interval)  # the first seats keep the timer
         # A run can enter the window between the claim's snapshot and this statement's (the
         # claim came up empty a few ms too soon): look back to when the claim was sent.
         since = time.monotonic() - sent_at
@@ -267,6 +316,13 @@ class Claimer(Loop):
             at = (row.run_after, row.id)
             if (old := self._cursors.get(row.type)) is None or at > old:
                 self._cursors[row.type] = at
+
+    async def _judge_old(self, tx: Store, now: float) -> list[Skipped]:
+        """The catch-up pass over old unstarted runs, reading on from the last one."""
+        catchup = await tx.skip_missed_runs(self.misfire_grace, CATCHUP_WINDOW, self._catchup_from)
+        self._catchup_from = catchup.resume_after
+        self._catchup_old_at = now + CATCHUP_OLD_EVERY
+        return catchup.skipped
 
     async def _skip_overlaps(self) -> list[Skipped]:
         """Overlap 'skip': record the due runs of exclusive jobs that waited for a running

@@ -31,6 +31,8 @@ def _config(args: argparse.Namespace, **extra: Any) -> Config:
         name: getattr(args, name, None)
         for name in (
             "database_url",
+            "database_pooler",
+            "listen_database_url",
             "concurrency",
             "worker_id",
             "lease_ttl",
@@ -59,6 +61,17 @@ def _need_db(cfg: Config) -> str:
     return cfg.database_url
 
 
+def _need_direct_db(cfg: Config) -> str:
+    """Where session work goes (migrations hold a session advisory lock)."""
+    _need_db(cfg)
+    if not cfg.direct_database_url:
+        raise UsageError(
+            "database_pooler = transaction: migrations need a direct connection; "
+            "pass --listen-database-url or set PUNCHCLOCK_LISTEN_DATABASE_URL"
+        )
+    return cfg.direct_database_url
+
+
 # ---------------------------------------------------------------- commands
 
 
@@ -70,7 +83,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     setup_logging(cfg.log_level)
 
     async def run() -> list[str]:
-        conn = await connect(_need_db(cfg))
+        conn = await connect(_need_direct_db(cfg))
         try:
             return await migrate(conn)
         finally:
@@ -233,29 +246,33 @@ def cmd_check(args: argparse.Namespace) -> int:
         for r in load_registry(cfg.handlers, **cg).rejected
     ]
     if cfg.database_url:
-        problems += _check_database(cfg.database_url)
+        problems += _check_database(cfg.database_url, cfg.pooled)
     for p in problems:
         print(f"problem: {p}")
     print("configuration ok" if not problems else f"{len(problems)} problem(s)")
     return EXIT_FAILED if problems else EXIT_OK
 
 
-def _check_database(dsn: str) -> list[str]:
-    from supervisor.core.db import connect
+def _check_database(dsn: str, pooled: bool) -> list[str]:
+    """Reachable, migrated, and behind a transaction pooler, the role's settings made."""
+    from supervisor.core.db import connect, role_settings_problems
     from supervisor.core.migrator import pending_migrations
 
     async def run() -> list[str]:
         try:
-            conn = await connect(dsn)
+            conn = await connect(dsn, pooled=pooled)
         except Exception as exc:
             return [f"database unreachable: {exc}"]
         try:
             pending = await pending_migrations(conn)
+            roles = await role_settings_problems(conn) if pooled else []
         except SchemaMismatch as exc:
             return [str(exc)]
         finally:
             await conn.close()
-        return [f"migrations pending: {', '.join(pending)}"] if pending else []
+        return [f"migrations pending: {', '.join(pending)}"] * bool(pending) + [
+            f"database_pooler = transaction: {p}" for p in roles
+        ]
 
     return asyncio.run(run())
 
@@ -269,6 +286,17 @@ def _common(p: argparse.ArgumentParser, *, db: bool = True) -> None:
     )
     if db:
         p.add_argument("--database-url", help="PostgreSQL DSN [PUNCHCLOCK_DATABASE_URL]")
+        p.add_argument(
+            "--database-pooler",
+            choices=("none", "transaction"),
+            help="transaction: --database-url is PgBouncer in transaction mode "
+            "[PUNCHCLOCK_DATABASE_POOLER]",
+        )
+        p.add_argument(
+            "--listen-database-url",
+            help="direct PostgreSQL DSN for LISTEN and migrations behind a pooler "
+            "[PUNCHCLOCK_LISTEN_DATABASE_URL]",
+        )
     p.add_argument("--log-level", help="debug, info, warning, error [PUNCHCLOCK_LOG_LEVEL]")
 
 

@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -65,8 +66,10 @@ class WebhookNotifier(Loop):
         late_after: float = 60.0,
         interval: float = 1.0,
         concurrency: int = 16,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(interval)
+        self.gate = gate or (lambda: True)  # whether this host holds a notify duty now
         self.n = notifications
         self.owner = owner
         self.timeout = timeout
@@ -139,6 +142,8 @@ class WebhookNotifier(Loop):
             await asyncio.wait(set(self._inflight))
 
     async def run_once(self) -> NotifyPass:
+        if not self.gate():
+            return NotifyPass()
         await self._read_depth()
         free = self.concurrency - len(self._inflight)
         if free <= 0:

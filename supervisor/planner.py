@@ -61,8 +61,11 @@ class Planner(Loop):
         hold_off: Callable[[], float] | None = None,
         lanes: int = 1,
         idle: Callable[[], bool] | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(interval)
+        # Whether this host holds a planning duty now (duties.py); None: always.
+        self.gate = gate or (lambda: True)
         # Seconds until no child start of this host is near, else 0 (Executor.hold_off).
         self.hold_off = hold_off
         self.store = store
@@ -104,6 +107,8 @@ class Planner(Loop):
         gives them disjoint jobs); their writes take turns while this host runs something
         (_write_turn). A quiet tick stays one short transaction.
         """
+        if not self.gate():
+            return PlanPass()
         total = PlanPass(heartbeat=await self.heartbeat())
         if self.stopping:
             return total
@@ -149,7 +154,7 @@ class Planner(Loop):
                 tx, jobs, db_now, self.limits, failures, self._pause, self._write_turn()
             )
             if inserted:
-                await tx.notify_wake()
+                await tx.notify_wake(sorted({j.spec.type for j in jobs}))
         for job in jobs:
             self.unplannable.pop(job.id, None)
         for f in failures:

@@ -9,6 +9,7 @@ lasts long.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,8 +38,10 @@ class Pruner(Loop):
         keep_deliveries_days: float = 30.0,
         interval: float = 60.0,
         batch: int = 500,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(interval, jitter=0.2)
+        self.gate = gate or (lambda: True)  # whether this host holds the prune duty now
         self.store = store
         self.keep_succeeded = keep_succeeded_days * DAY
         self.keep_failed = keep_failed_days * DAY
@@ -49,6 +52,8 @@ class Pruner(Loop):
         self.pruned_deliveries = 0
 
     async def run_once(self) -> PrunePass:
+        if not self.gate():
+            return PrunePass()
         deleted, reached = await self.store.prune_runs(
             self.keep_succeeded, self.keep_failed, self.batch, self._reached
         )

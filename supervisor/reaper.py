@@ -32,17 +32,21 @@ class Reaper(Loop):
         interval: float,
         batch: int = 200,
         on_reaped: Callable[[list[Reaped]], None] | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(interval)
+        self.gate = gate or (lambda: True)  # whether this host holds the reap duty now
         self.store = store
         self.batch = batch
         self.on_reaped = on_reaped
 
     async def run_once(self) -> ReapPass:
+        if not self.gate():
+            return ReapPass()
         async with self.store.transaction() as tx:
             rows = await tx.reap_expired(self.batch)
             if rows:
-                await tx.notify_wake()
+                await tx.notify_wake()  # any type: a freed limit may admit others
         for r in rows:
             log_event(
                 self.log,

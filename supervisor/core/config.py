@@ -33,6 +33,17 @@ def _setting(default: Any, help: str, **kw: Any) -> Any:
 @dataclass(frozen=True)
 class Config:
     database_url: str = _setting("", "PostgreSQL DSN (postgresql://user:pass@host:port/db)")
+    database_pooler: str = _setting(
+        "none",
+        "what database_url reaches: none (PostgreSQL, or a session pooler) or transaction "
+        "(PgBouncer in transaction mode)",
+    )
+    listen_database_url: str = _setting(
+        "",
+        "a direct PostgreSQL DSN for LISTEN and migrations (empty: database_url, unless it "
+        "is a transaction pooler; then the supervisor polls)",
+    )
+    pool_size: int = _setting(1, "connections to database_url for this supervisor's queries")
     handlers: tuple[str, ...] = _setting((), "handler TOML files or directories (repeatable)")
     concurrency: int = _setting(0, "children run at once by this supervisor (0: 8 x CPU cores)")
     worker_id: str = _setting("", "this supervisor's id (default: host name + pid)")
@@ -53,6 +64,11 @@ class Config:
     plan_horizon: float = _setting(86400.0, "seconds of future runs the planner keeps planned")
     plan_max_runs: int = _setting(100, "at most this many runs planned per job per pass")
     poll_interval: float = _setting(5.0, "fallback poll when no notification arrives (seconds)")
+    poll_gap: float = _setting(
+        0.05,
+        "seconds between the fleet's polls of a type: each host polls every poll_gap x the "
+        "hosts offering it (never more often than poll_interval while it LISTENs)",
+    )
     metrics_listen: str = _setting(
         "", "[host:]port for /metrics and /readyz, unauthenticated (no host: 127.0.0.1; empty: off)"
     )
@@ -90,6 +106,16 @@ class Config:
     @property
     def effective_concurrency(self) -> int:
         return self.concurrency or _default_concurrency()
+
+    @property
+    def pooled(self) -> bool:
+        """database_url reaches a transaction pooler: no session state, no LISTEN there."""
+        return self.database_pooler == "transaction"
+
+    @property
+    def direct_database_url(self) -> str:
+        """Where LISTEN and migrations go ('' : nowhere; the supervisor polls)."""
+        return self.listen_database_url or ("" if self.pooled else self.database_url)
 
     @property
     def effective_worker_id(self) -> str:
@@ -132,7 +158,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 def _validate(cfg: Config) -> None:
     problems = []
     positive = ("lease_ttl", "drain_timeout", "plan_horizon", "poll_interval", "ready_max_lag",
-                "notify_retry_window", "notify_timeout")  # fmt: skip
+                "notify_retry_window", "notify_timeout", "poll_gap")  # fmt: skip
     for name in positive:
         if getattr(cfg, name) <= 0:
             problems.append(f"{name}: must be greater than 0")
@@ -147,6 +173,12 @@ def _validate(cfg: Config) -> None:
             problems.append(f"{name}: must not be negative")
     if cfg.claim_ahead >= cfg.lease_ttl / 2:
         problems.append("claim_ahead: must be less than half of lease_ttl")
+    if cfg.pool_size < 1:
+        problems.append("pool_size: must be at least 1")
+    if cfg.database_pooler not in {"none", "transaction"}:
+        problems.append(
+            f"database_pooler: must be none or transaction, not {cfg.database_pooler!r}"
+        )
     if cfg.plan_max_runs < 1:
         problems.append("plan_max_runs: must be at least 1")
     if cfg.output_limit < 0:
@@ -223,7 +255,9 @@ def load(
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
     cfg = replace(Config(), **values)
     _validate(cfg)
-    if problems := dsn_problems(cfg.database_url, environ):
+    if problems := dsn_problems(cfg.database_url, environ) + dsn_problems(
+        cfg.listen_database_url, environ, "listen_database_url"
+    ):
         raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
 
@@ -243,7 +277,9 @@ def split_hosts(dsn: str) -> list[str]:
     return [urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}")) for host in hosts]
 
 
-def dsn_problems(dsn: str, environ: dict[str, str] | None = None) -> list[str]:
+def dsn_problems(
+    dsn: str, environ: dict[str, str] | None = None, name: str = "database_url"
+) -> list[str]:
     """What is wrong with a (multi-host) database_url; never echoes the URL (it may hold a
     password). Several hosts need target_session_attrs=read-write (or primary), else a
     connection may land on a standby and every write fails."""
@@ -255,14 +291,14 @@ def dsn_problems(dsn: str, environ: dict[str, str] | None = None) -> list[str]:
         try:
             urlsplit(one).port  # noqa: B018 - raises on a malformed port
         except ValueError:
-            problems.append(f"database_url: host {i + 1} has an invalid port")
+            problems.append(f"{name}: host {i + 1} has an invalid port")
     if len(hosts) > 1:
         env = os.environ if environ is None else environ
         default = env.get("PGTARGETSESSIONATTRS", "any")
         attrs = parse_qs(urlsplit(dsn).query).get("target_session_attrs", [default])[-1]
         if attrs not in _WRITABLE_ATTRS:
             problems.append(
-                "database_url: several hosts need ?target_session_attrs=read-write (or primary), "
+                f"{name}: several hosts need ?target_session_attrs=read-write (or primary), "
                 f"not {attrs!r}: otherwise a connection may land on a standby"
             )
     return problems

@@ -56,6 +56,11 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# 53300: every connection slot of the server is taken (max_connections); named so that a
+# supervisor says so plainly instead of logging a reconnect loop.
+SERVER_FULL = asyncpg.TooManyConnectionsError
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
@@ -149,16 +154,16 @@ WRITABLE_PROBE = "SELECT current_setting('transaction_read_only') = 'off'"
 
 
 async def open_listener(
-    dsn: str, channel: str, on_notify: Callable[[], None], step_seconds: float
+    dsn: str, channel: str, on_notify: Callable[[str], None], step_seconds: float
 ) -> tuple[asyncpg.Connection, int]:
     """A connection LISTENing on `channel` on a writable server, and that server's port;
-    each step waits at most `step_seconds`. A server that refuses writes raises one of
-    DB_ERRORS (the caller retries elsewhere)."""
+    each step waits at most `step_seconds`; `on_notify` gets each payload. A server that
+    refuses writes raises one of DB_ERRORS (the caller retries elsewhere)."""
     conn = await open_connection(dsn, timeout=step_seconds)
     try:
         if not await conn.fetchval(WRITABLE_PROBE, timeout=step_seconds):
             raise asyncpg.TargetServerAttributeNotMatched("the server refuses writes: no LISTEN")
-        await conn.add_listener(channel, lambda *_: on_notify())
+        await conn.add_listener(channel, lambda _c, _p, _ch, payload: on_notify(payload))
         port = await conn.fetchval("SELECT inet_server_port()", timeout=step_seconds)
     except BaseException:
         conn.terminate()
@@ -166,8 +171,66 @@ async def open_listener(
     return conn, port
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await open_connection(dsn)
+class PinnedConnection(asyncpg.Connection):
+    """A connection through a transaction pooler (PgBouncer, pool_mode = transaction).
+
+    asyncpg runs a statement with parameters as Parse/Describe/Sync, then Bind/Execute/Sync:
+    two round trips, and between them the pooler may hand the server connection to another
+    client, so the unnamed statement is gone (or someone else's). Outside a transaction each
+    such statement therefore runs inside one (BEGIN and COMMIT as simple queries), which
+    holds one server connection throughout. Named statements are never made
+    (statement_cache_size=0): PgBouncer before 1.21 cannot carry them.
+    """
+
+    async def _execute(self, query: Any, args: Any, limit: Any, timeout: Any, **kw: Any) -> Any:  # noqa: ASYNC109 - asyncpg's signature
+        if self.is_in_transaction():
+            return await super()._execute(query, args, limit, timeout, **kw)  # type: ignore[misc]
+        async with self.transaction():
+            return await super()._execute(query, args, limit, timeout, **kw)  # type: ignore[misc]
+
+
+# How a connection through a transaction pooler is made.
+POOLED: dict[str, Any] = {"statement_cache_size": 0, "connection_class": PinnedConnection}
+
+# What a supervisor's pool sends at connect, and behind a transaction pooler (which refuses
+# them as startup parameters, and would not keep them per client) expects from its role
+# instead: `ALTER ROLE ... SET`, checked by `punchclock check` (role_settings_problems).
+ROLE_SETTINGS = {
+    # JIT off: these are short statements; a plan whose estimate crosses jit_above_cost
+    # (the claim's limit CTEs guess 1,000 rows per generate_series) spent 190 ms compiling
+    # on every claim.
+    "jit": "off",
+    # Every supervisor statement reads a few rows in index order (claim, next due run,
+    # reap, prune, plan). Statistics from when the tables were small made the generic
+    # claim a bitmap scan of every due run plus a sort: after a bulk insert of 5,000
+    # runs the burst took 1.27x the spawn bound, 1.13x with this (docs/performance.md).
+    "enable_bitmapscan": "off",
+    # Likewise a table whose statistics say it is empty (a new deployment, a drain's
+    # first minute before autovacuum's ANALYZE) was read whole by a completion of a few
+    # runs: run_attempts once per batch, jobs 1.5 times per run (2,000-run drains: 346 ->
+    # 91 rows read per run; bench.ab 1.01x and 1.03x, CPU per run -2 % and -4 %). A
+    # table with no index on the join still gets its sequential scan.
+    "enable_seqscan": "off",
+}
+
+
+async def role_settings_problems(conn: asyncpg.Connection) -> list[str]:
+    """What the connected role lacks of ROLE_SETTINGS (behind a transaction pooler)."""
+    names = list(ROLE_SETTINGS)
+    got = await conn.fetchrow(
+        "SELECT " + ", ".join(f"current_setting('{n}')" for n in names) + ", current_user"
+    )
+    assert got is not None
+    return [
+        f"{n} is {got[i]!r}, wants {want!r}: ALTER ROLE {got[len(names)]} SET {n} = {want}"
+        for i, (n, want) in enumerate(ROLE_SETTINGS.items())
+        if got[i] != want
+    ]
+
+
+async def connect(dsn: str, *, pooled: bool = False) -> asyncpg.Connection:
+    """One connection with the jsonb codec (`pooled`: through a transaction pooler)."""
+    conn = await open_connection(dsn, **(POOLED if pooled else {}))
     await _init_connection(conn)
     return conn
 
@@ -188,6 +251,7 @@ async def create_pool(
     max_size: int = 10,
     generic_plans: bool = False,
     warm: Warm | None = None,
+    pooled: bool = False,
 ) -> asyncpg.Pool:
     """A pool of connections with the jsonb codec, JIT off.
 
@@ -199,24 +263,17 @@ async def create_pool(
 
     `warm`: run on each new connection after the types are named (the supervisor's hot
     statements with nothing to do, so their plans are made before the connection serves).
+
+    `pooled`: `dsn` is a transaction pooler: no startup settings (the role carries them),
+    no named statements, each statement pinned to one server connection (PinnedConnection),
+    nothing warmed (an unnamed statement is planned at each use).
     """
-    # JIT off: these are short statements; a plan whose estimate crosses jit_above_cost
-    # (the claim's limit CTEs guess 1,000 rows per generate_series) spent 190 ms compiling
-    # on every claim.
-    settings = {"jit": "off"}
+    settings = {"jit": ROLE_SETTINGS["jit"]}
     if generic_plans:
-        settings["plan_cache_mode"] = "force_generic_plan"
-        # Every supervisor statement reads a few rows in index order (claim, next due run,
-        # reap, prune, plan). Statistics from when the tables were small made the generic
-        # claim a bitmap scan of every due run plus a sort: after a bulk insert of 5,000
-        # runs the burst took 1.27x the spawn bound, 1.13x with this (docs/performance.md).
-        settings["enable_bitmapscan"] = "off"
-        # Likewise a table whose statistics say it is empty (a new deployment, a drain's
-        # first minute before autovacuum's ANALYZE) was read whole by a completion of a few
-        # runs: run_attempts once per batch, jobs 1.5 times per run (2,000-run drains: 346 ->
-        # 91 rows read per run; bench.ab 1.01x and 1.03x, CPU per run -2 % and -4 %). A
-        # table with no index on the join still gets its sequential scan.
-        settings["enable_seqscan"] = "off"
+        settings = dict(ROLE_SETTINGS, plan_cache_mode="force_generic_plan")
+    extra: dict[str, Any] = {"server_settings": settings}
+    if pooled:
+        extra, warm = POOLED, None
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
@@ -224,7 +281,7 @@ async def create_pool(
         connect=cast(Any, open_connection),  # the stubs' protocol spells out every keyword
         init=_pool_init(warm),
         reset=_keep_session,
-        server_settings=settings,
+        **extra,
         # Short command timeout: a hung connection must not hold a lease renewal hostage.
         command_timeout=30,
     )

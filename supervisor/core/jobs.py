@@ -100,7 +100,7 @@ async def _plan_now(tx: Store, job: Job, limits: PlanLimits) -> None:
     if job.spec.paused:
         return
     if await plan_jobs(tx, [job], await tx.now(), limits):
-        await tx.notify_wake()
+        await tx.notify_wake([job.spec.type])
 
 
 async def delete_job(store: Store, job_id: int) -> int:
@@ -124,7 +124,7 @@ async def set_paused(
             raise NotFound(f"job {job_id} not found")
         if not paused:
             await _plan_now(tx, job, limits)
-            await tx.notify_wake()
+            await tx.notify_wake([job.spec.type])
     return job
 
 
@@ -198,8 +198,7 @@ async def trigger_job(
         # A retry shifts scheduled_at by a microsecond when a planned run holds the instant.
         for shift_us in range(4):
             run_id = await tx.trigger_run(job_id, payload, key, shift_us)
-            if run_id is not None:
-                await tx.notify_wake()
+            if run_id is not None:  # its wake-up is sent with it
                 return run_id, True
             if key is not None:
                 existing = await tx.run_by_idempotency_key(job_id, key)
@@ -297,5 +296,5 @@ async def backfill(
         missing = await tx.backfill_holes(job_id, instants) if instants else []
         created = [] if dry_run or not missing else await tx.insert_backfill_runs(job_id, missing)
         if created:
-            await tx.notify_wake()
+            await tx.notify_wake([job.spec.type])
     return Backfill(start, end, len(instants), missing, created)

@@ -5,7 +5,11 @@
 SELECT now();
 
 -- name: notify_wake
-SELECT pg_notify('punchclock_wake', '');
+-- One NOTIFY per type ($1; '' for any type): the payload says which seats are woken first
+-- ($2, the rotation: DESIGN.md, Fleet) and what became claimable. PostgreSQL drops
+-- duplicates within a transaction and sends them at COMMIT.
+SELECT count(pg_notify('punchclock_wake', $2::int || CASE WHEN t = '' THEN '' ELSE ' ' || t END))
+FROM (SELECT DISTINCT unnest($1::text[])) AS x(t);
 
 -- ---------------------------------------------------------------- jobs
 
@@ -934,6 +938,10 @@ ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
 UPDATE workers SET last_seen_at = now(), running = $2::int WHERE id = $1::text;
 
 -- name: stop_worker
+-- A clean stop; the duties it held are free at once (DESIGN.md, Fleet).
+WITH freed AS (
+    UPDATE duties SET expires_at = '-infinity', holder = NULL WHERE holder = $1::text
+)
 UPDATE workers SET stopped_at = now(), running = 0, last_seen_at = now()
 WHERE id = $1::text;
 
@@ -964,14 +972,19 @@ UPDATE jobs SET planned_until = NULL, plan_after = '-infinity' WHERE id = $1::bi
 -- name: trigger_run
 -- A manual run due now. ON CONFLICT covers both a repeated Idempotency-Key (the caller then
 -- reads the existing run) and the rare clash with a run planned at the same microsecond
--- ($4 shifts scheduled_at by that many microseconds on a retry).
+-- ($4 shifts scheduled_at by that many microseconds on a retry). The wake-up names the
+-- run's type (DESIGN.md, Fleet) and is sent at COMMIT.
+WITH ins AS (
 INSERT INTO runs (job_id, scheduled_at, run_after, trigger, type, exclusive, max_attempts,
                   payload, idempotency_key)
 SELECT j.id, now() + make_interval(secs => $4::int / 1e6), now() + make_interval(secs => $4::int / 1e6),
        'manual', j.type, j.overlap <> 'allow', j.max_attempts, $2::jsonb, $3::text
 FROM jobs j WHERE j.id = $1::bigint AND j.deleted_at IS NULL
 ON CONFLICT DO NOTHING
-RETURNING id;
+RETURNING id, type
+)
+SELECT id FROM ins,
+    LATERAL (SELECT pg_notify('punchclock_wake', (random() * 1e9)::int || ' ' || ins.type)) n;
 
 -- name: run_by_idempotency_key
 SELECT id, payload FROM runs WHERE job_id = $1::bigint AND idempotency_key = $2::text;

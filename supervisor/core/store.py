@@ -8,6 +8,7 @@ live in migrator.py.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -32,8 +33,10 @@ class Store(History):
     async def now(self) -> datetime:
         return cast(datetime, await self._fetchval("now"))
 
-    async def notify_wake(self) -> None:
-        await self._fetchval("notify_wake")
+    async def notify_wake(self, types: Sequence[str] = ("",)) -> None:
+        """Wake hosts that can run `types` ('' for any), a few seats first (DESIGN.md,
+        Fleet); sent at COMMIT."""
+        await self._fetchval("notify_wake", list(types), random.randrange(1 << 30))
 
     # ------------------------------------------------------------ jobs
 

@@ -101,15 +101,16 @@ async def _scenario(
             OUTAGE + 10,
             f"the outage to pass and its children to end: {monitor.alive()}",
         )
-        # Come back right after every reaper's retry failed (at most 5 s of backoff each):
-        # for the next seconds only completers (2 s backoff) and claimers reach the
-        # database, the window in which a lost-reply recovery could misfile a run whose
-        # late result was just rejected, before a reaper records it as lease_lost.
-        failed = {s.worker_id: len(_reaper_errors(s)) for s in sups}
+        # Come back right after every heartbeat's retry failed: the reap duty lapsed with
+        # the beats, so a reaper reaches the database only after its host's next beat takes
+        # it back; meanwhile completers and claimers do, the window in which a lost-reply
+        # recovery could misfile a run whose late result was just rejected, before a reaper
+        # records it as lease_lost.
+        failed = {s.worker_id: len(_beat_errors(s)) for s in sups}
         await wait_for(
-            lambda: all(len(_reaper_errors(s)) > failed[s.worker_id] for s in sups),
+            lambda: all(len(_beat_errors(s)) > failed[s.worker_id] for s in sups),
             15,
-            "every reaper to fail a retry",
+            "every heartbeat to fail a retry",
         )
         await asyncio.to_thread(pg.start_again)
         back_ns = time.time_ns()
@@ -160,8 +161,8 @@ async def _scenario(
         assert s.stop() == 0, s.tail()
 
 
-def _reaper_errors(s: Supervisor) -> list[dict[str, Any]]:
-    return s.events("db_error", service="reaper")
+def _beat_errors(s: Supervisor) -> list[dict[str, Any]]:
+    return s.events("db_error", service="heartbeater")
 
 
 def _summary(history: list[asyncpg.Record]) -> str:

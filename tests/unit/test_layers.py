@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "supervisor"
 
 SERVICES = {
+    "census",
     "claimer",
     "completer",
     "fence",
@@ -30,12 +31,12 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "cgkill", "cgroups", "child", "executor", "faces", "inflight", "isolation", "keeper",
+    "cgkill", "cgroups", "child", "duties", "executor", "faces", "inflight", "isolation", "keeper",
     "keeperd", "lease", "loop",
     "orphans", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
-TOP = {"__init__", "__main__", "app", "cli", "instruments"}
+TOP = {"__init__", "__main__", "app", "cli", "compose", "instruments"}
 
 
 def _module(path: Path) -> str:

@@ -1,0 +1,198 @@
+"""The supervisor's services, built and wired together (app.py runs and stops them).
+
+Services never import each other: they meet here, through the callbacks and small
+Protocols (faces.py) passed to each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from supervisor import lease
+from supervisor.census import Census
+from supervisor.claimer import Claimer
+from supervisor.core.channels import notifications
+from supervisor.core.config import Config
+from supervisor.core.metrics import Metrics
+from supervisor.core.planning import PlanLimits
+from supervisor.core.store import Store
+from supervisor.duties import Duties
+from supervisor.executor import Executor
+from supervisor.fence import FenceWatch
+from supervisor.heartbeater import Heartbeater
+from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
+from supervisor.keeper import Keeper
+from supervisor.listener import Listener
+from supervisor.livetail import LiveTail
+from supervisor.loop import Loop
+from supervisor.notifier import WebhookNotifier
+from supervisor.orphans import Orphans
+from supervisor.planner import PLAN_LANES, Planner
+from supervisor.pruner import Pruner
+from supervisor.reaper import Reaper
+from supervisor.registry import Registry
+
+# While a backlog is due, a freed slot waits until every slot is free or this many seconds
+# passed, so one claim refills them all (see claimer.py): short against any schedule's
+# precision, long against the life of a trivial child. Measured with /bin/true (bench/):
+# claims of 8 instead of 1-2 runs cut the database's CPU per run by half.
+REFILL_WAIT = 0.005
+
+
+def build_services(
+    cfg: Config,
+    registry: Registry,
+    owner: str,
+    orphans: Orphans,
+    store: Store,
+    keeper: Keeper,
+    metrics: Metrics,
+) -> Services:
+    """Every service of one supervisor, wired to the others through small callbacks."""
+    m = metrics
+    duties = Duties(cfg.lease_ttl)
+    claimer: Claimer
+    listener: Listener | None
+    executor = Executor(
+        store,
+        registry,
+        owner=owner,
+        concurrency=cfg.effective_concurrency,
+        lease_ttl=cfg.lease_ttl,
+        kill_grace=cfg.kill_grace,
+        output_limit=cfg.output_limit,
+        keeper=keeper,
+        orphans=orphans,
+        on_slot_free=lambda: claimer.slot_freed(),  # noqa: PLW0108 - built below
+        on_started=lambda type_, delay: m.queue_delay.record(delay, type_),
+        on_ended=lambda ended: record_attempt(m, ended),
+        log_runs=cfg.log_runs == "all",
+    )
+    claimer = Claimer(
+        store,
+        owner=owner,
+        types=registry.types,
+        slots=executor,
+        lease_ttl=cfg.lease_ttl,
+        misfire_grace=cfg.misfire_grace,
+        poll_interval=cfg.poll_interval,
+        on_skipped=lambda rows: record_skipped(m, rows),
+        on_claim_latency=m.claim_latency.record,
+        refill_batch=cfg.effective_concurrency,
+        refill_wait=REFILL_WAIT,
+        ahead=cfg.claim_ahead,
+        duties=duties,
+        poll_gap=cfg.poll_gap,
+        listening=lambda: listener is not None and listener.listening(),
+    )
+
+    def planned(inserted: int, seconds: float) -> None:
+        m.planned.add(inserted)
+        m.plan_tick.record(seconds)
+
+    planner = Planner(
+        store,
+        PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
+        on_planned=planned,
+        heartbeat_url=cfg.heartbeat_ping_url,
+        hold_off=executor.hold_off,
+        lanes=PLAN_LANES,
+        idle=lambda: executor.in_flight() == 0,
+        gate=duties.gate("plan"),
+    )
+    reaper = Reaper(
+        store,
+        interval=max(0.2, cfg.lease_ttl / 4),
+        on_reaped=lambda rows: record_reaped(m, rows),
+        gate=duties.gate("reap"),
+    )
+
+    heartbeater = Heartbeater(
+        store,
+        owner=owner,
+        lease_ttl=cfg.lease_ttl,
+        holder=executor,
+        on_renewed=m.lease_renewals.add,
+        duties=duties,
+    )
+
+    def fence_tick() -> None:
+        executor.fence_check()
+        orphans.sweep_soon()  # also catches daemons orphaned while handlers run
+
+    fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
+    every = cfg.live_output_interval
+    tails = LiveTail(store, executor, every) if every > 0 else None
+    direct = cfg.direct_database_url
+    listener = Listener(direct, claimer.notified) if direct else None
+    pruner = Pruner(
+        store,
+        keep_succeeded_days=cfg.retention_succeeded_days,
+        keep_failed_days=cfg.retention_failed_days,
+        keep_deliveries_days=cfg.retention_deliveries_days,
+        gate=duties.gate("prune"),
+    )
+    census = Census(store, gate=duties.gate("census"))
+    notifier = WebhookNotifier(
+        notifications(store),
+        owner=owner,
+        timeout=cfg.notify_timeout,
+        retry_window=cfg.notify_retry_window,
+        allowed_hosts=cfg.notify_allowed_hosts,
+        late_after=cfg.ready_max_lag,
+        gate=duties.gate("notify"),
+    )
+    gated = {"plan": planner, "reap": reaper, "prune": pruner, "notify": notifier,
+             "census": census, "catchup": claimer}  # fmt: skip
+    for kind, loop in gated.items():
+        duties.on_gained(kind, loop.wake)
+    loops: list[Loop] = [planner, claimer, reaper, heartbeater, fence, pruner, notifier, census]
+    if listener is not None:
+        loops.append(listener)
+    if tails is not None:
+        loops.append(tails)
+    instrument(m, executor, heartbeater, planner, claimer, orphans, [*loops, executor.completer])
+    notifier.instrument(m)
+    return Services(
+        executor,
+        claimer,
+        planner,
+        reaper,
+        heartbeater,
+        fence,
+        listener,
+        pruner,
+        notifier,
+        census,
+        tails=tails,
+    )
+
+
+@dataclass
+class Services:
+    executor: Executor
+    claimer: Claimer
+    planner: Planner
+    reaper: Reaper
+    heartbeater: Heartbeater
+    fence: FenceWatch
+    listener: Listener | None  # None: no direct connection, the claimer polls
+    pruner: Pruner
+    notifier: WebhookNotifier
+    census: Census
+    tails: LiveTail | None  # None: live_output_interval = 0
+    completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def intake(self) -> list[Loop]:
+        """What takes new work: stopped first (the notifier ends its deliveries in flight)."""
+        listener = [self.listener] if self.listener else []
+        return [self.planner, self.claimer, self.reaper, *listener, self.pruner, self.notifier,
+                self.census]  # fmt: skip
+
+    @property
+    def upkeep(self) -> list[Loop]:
+        """What keeps leases and fences while children finish: stopped last."""
+        return [self.heartbeater, self.fence, *([self.tails] if self.tails else [])]
