@@ -105,7 +105,7 @@ class Supervisor:
                     level=logging.ERROR,
                     error=str(exc),
                     detail="the server has no connection left (max_connections): put "
-                    "PgBouncer in front (deploy/README.md, Sizing); retrying",
+                    "PgBouncer in front (deploy/README.md, A fleet); retrying",
                 )
             except DB_ERRORS as exc:
                 log_event(log, "db_unreachable", level=logging.WARNING, error=repr(exc))
