@@ -171,26 +171,12 @@ async def open_listener(
     return conn, port
 
 
-class PinnedConnection(asyncpg.Connection):
-    """A connection through a transaction pooler (PgBouncer, pool_mode = transaction).
-
-    asyncpg runs a statement with parameters as Parse/Describe/Sync, then Bind/Execute/Sync:
-    two round trips, and between them the pooler may hand the server connection to another
-    client, so the unnamed statement is gone (or someone else's). Outside a transaction each
-    such statement therefore runs inside one (BEGIN and COMMIT as simple queries), which
-    holds one server connection throughout. Named statements are never made
-    (statement_cache_size=0): PgBouncer before 1.21 cannot carry them.
-    """
-
-    async def _execute(self, query: Any, args: Any, limit: Any, timeout: Any, **kw: Any) -> Any:  # noqa: ASYNC109 - asyncpg's signature
-        if self.is_in_transaction():
-            return await super()._execute(query, args, limit, timeout, **kw)  # type: ignore[misc]
-        async with self.transaction():
-            return await super()._execute(query, args, limit, timeout, **kw)  # type: ignore[misc]
-
-
-# How a connection through a transaction pooler is made.
-POOLED: dict[str, Any] = {"statement_cache_size": 0, "connection_class": PinnedConnection}
+# How a connection through a transaction pooler (PgBouncer, pool_mode = transaction) is
+# made: no named statements (PgBouncer before 1.21 cannot carry them between server
+# connections). asyncpg then sends each statement's Parse again with its Bind, Execute and
+# Sync, so the pair lands on one server connection even outside a transaction
+# (Connection._get_statement: "assuming people are running PgBouncer").
+POOLED: dict[str, Any] = {"statement_cache_size": 0}
 
 # What a supervisor's pool sends at connect, and behind a transaction pooler (which refuses
 # them as startup parameters, and would not keep them per client) expects from its role
@@ -265,8 +251,8 @@ async def create_pool(
     statements with nothing to do, so their plans are made before the connection serves).
 
     `pooled`: `dsn` is a transaction pooler: no startup settings (the role carries them),
-    no named statements, each statement pinned to one server connection (PinnedConnection),
-    nothing warmed (an unnamed statement is planned at each use).
+    no named statements (POOLED), nothing warmed (an unnamed statement is planned at each
+    use).
     """
     settings = {"jit": ROLE_SETTINGS["jit"]}
     if generic_plans:
