@@ -48,6 +48,22 @@ def instrument(
         "Database errors seen by each service",
         lambda: [(s.errors, {"service": s.name}) for s in services],
     )
+    duties = heartbeater.duties
+    m.gauge(
+        "punchclock_duties_held",
+        "Fleet duties this host holds now (1 per duty: plan:1, reap, census, ...)",
+        lambda: [(1, {"duty": d}) for d in duties.held()],
+    )
+    m.gauge(
+        "punchclock_fleet_hosts",
+        "Live hosts offering this host's most widely offered type (the census's count)",
+        lambda: [(duties.fleet_size(), {})],
+    )
+    m.counter(
+        "punchclock_wakeups_ignored",
+        "NOTIFY wake-ups for another type or for other seats, not acted on",
+        lambda: [(claimer.ignored, {})],
+    )
     m.counter(
         "punchclock_lease_renewal_failures",
         "Lease renewal rounds that failed",

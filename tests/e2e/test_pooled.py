@@ -23,6 +23,7 @@ from supervisor.core.db import (
     create_pool,
     role_settings_problems,
 )
+from supervisor.core.fleet import DUTIES
 from supervisor.core.migrator import migrate
 from supervisor.core.store import Store
 from supervisor.local.pgbouncer import LocalPgBouncer, find_pgbouncer
@@ -31,7 +32,7 @@ from supervisor.local.pgserver import SUPERUSER, LocalPostgres
 from ..api_support import http
 from ..factory import create_runs, statuses
 from ..helpers import wait_for
-from .procs import ROOT, Cluster, free_port
+from .procs import ROOT, Cluster, free_port, scrape
 
 pytestmark = [
     pytest.mark.slow,
@@ -128,7 +129,8 @@ async def test_a_supervisor_and_the_api_work_through_the_pooler(
     cluster = Cluster(tmp_path, bouncer.dsn)
     pooled = ["--database-pooler", "transaction"]
     try:
-        sup = cluster.start("w1", ["append"], extra_args=pooled)
+        metrics_port = free_port()
+        sup = cluster.start("w1", ["append"], extra_args=pooled, metrics_port=metrics_port)
         started = await sup.wait_event("supervisor_started", timeout=30)
         assert (started["pooler"], started["wake_ups"]) == ("transaction", "poll")
         await sup.wait_event("polling", timeout=5)
@@ -155,6 +157,13 @@ async def test_a_supervisor_and_the_api_work_through_the_pooler(
             assert status == 200 and json.loads(body)["status"] == "succeeded"
         finally:
             await pool.close()
+
+        # Alone, it holds every duty (taken one per beat), and ignored no wake-up.
+        def held() -> float:
+            got = scrape(metrics_port)
+            return sum(v for k, v in got.items() if k.startswith("punchclock_duties_held{"))
+
+        await wait_for(lambda: held() == len(DUTIES), 30, "every duty held by the one host")
         lines = (tmp_path / "out").read_text().splitlines()
         assert sorted(int(line.split(",")[0]) for line in lines) == sorted(ids), "exactly once"
         assert "Traceback" not in sup.log_text()
