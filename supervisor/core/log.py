@@ -68,3 +68,14 @@ def setup_logging(
     root.setLevel(level.upper())
     # aiohttp's access log duplicates our own request logging at info level.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("asyncpg.pool").addFilter(_one_line)
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """asyncpg's pool logs each failed reconnect with a traceback (a fleet while PgBouncer or
+    PostgreSQL restarts: one per host per retry); keep it as one line with the error."""
+    if record.exc_info and record.exc_info[1] is not None:
+        setattr(record, _FIELDS, {"error": repr(record.exc_info[1])})
+        record.exc_info = None
+        record.exc_text = None
+    return True
