@@ -65,6 +65,13 @@ class Duties:
             for changed in self.on_seats:
                 changed()
 
+    def surplus(self) -> str:
+        """A duty to give up ('' none): while this host holds several and the fleet has a
+        host for each duty, one per beat, so duties taken by the first hosts to start
+        spread out (a host holding none takes it at its next beat)."""
+        held = sorted(self.held())
+        return held[-1] if len(held) > 1 and self.fleet_size() >= len(DUTIES) else ""
+
     def released(self) -> None:
         self._until = {}
 

@@ -88,6 +88,7 @@ class Heartbeater(Loop):
                 self.duties.held(),
                 self.interval,
                 self.idle_every(),
+                self.duties.surplus(),
             )
             self.duties.beaten(beat, beat_at)
             self._beat_at = beat_at

@@ -72,9 +72,12 @@ class Fleet(Queries):
         held: Sequence[str],
         beat_every: float,
         idle_every: float,
+        give_up: str = "",
     ) -> Beat:
+        """Beat; renew `held` but `give_up` (freed for a host holding none)."""
+        keep = [d for d in held if d != give_up]
         row = await self._fetchrow(
-            "beat", worker_id, running, ttl, list(held), bool(held), beat_every, idle_every
+            "beat", worker_id, running, ttl, keep, bool(held), beat_every, idle_every, give_up
         )
         assert row is not None
         raw = row["seats"]

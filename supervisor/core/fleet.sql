@@ -11,7 +11,8 @@ INSERT INTO duties (name) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING;
 -- and at most one free duty taken (SKIP LOCKED: hosts beating together take different
 -- ones). A host that holds a duty already ($5) takes one only after it has been free for
 -- one beat ($6 seconds), so the hosts that hold none take the free ones first; $7: how
--- often this host beats while it holds nothing (worker_is_live). Returns the
+-- often this host beats while it holds nothing (worker_is_live). $8: a duty it gives up
+-- ('' none), free at once for a host that holds none. Returns the
 -- host's seats, the duties it holds now, and how many are still free.
 WITH me AS (
     UPDATE workers SET last_seen_at = now(), running = $2::int, beat_every = $7::float8
@@ -21,6 +22,9 @@ WITH me AS (
     UPDATE duties SET expires_at = now() + make_interval(secs => $3::float8)
     WHERE name = ANY($4::text[]) AND holder = $1::text AND expires_at > now()
     RETURNING name
+), given AS (
+    UPDATE duties SET expires_at = now(), holder = NULL
+    WHERE name = $8::text AND holder = $1::text
 ), free AS (
     SELECT name FROM duties
     WHERE expires_at <= now() - make_interval(secs => CASE WHEN $5::bool THEN $6::float8 ELSE 0 END)

@@ -184,12 +184,13 @@ async def _seen(store: Store) -> object:
 async def test_an_idle_host_in_a_big_fleet_beats_less_often(store: Store) -> None:
     await _worker(store, "w", ["t"])
     await fleet(store).add_duties(DUTIES)
-    # The census seated it among 1,000 hosts offering "t": 50 s between idle beats.
-    await sql_value(store, """UPDATE workers SET seats = '{"t": [0, 1000]}' WHERE id = 'w'""")
     duties = Duties(3.0)
     hb = Heartbeater(store, owner="w", lease_ttl=3.0, holder=_Idle(), duties=duties)
     while duties.free or len(duties.held()) < len(DUTIES):  # alone: it takes every duty
         await hb.run_once()
+    # The census seats it among 1,000 hosts offering "t": 50 s between idle beats.
+    await sql_value(store, """UPDATE workers SET seats = '{"t": [0, 1000]}' WHERE id = 'w'""")
+    await hb.run_once()
     assert hb.idle_every() == pytest.approx(50.0)
     seen = await _seen(store)
     await hb.run_once()
@@ -228,3 +229,27 @@ async def test_a_claimer_ignores_wakes_for_other_types_and_seats(store: Store) -
     claimer._wake.clear()
     claimer.notified(None)  # LISTEN (re)connected: always
     assert claimer._wake.is_set()
+
+
+async def test_duties_taken_by_the_first_host_spread_once_the_fleet_is_there(
+    store: Store,
+) -> None:
+    f = fleet(store)
+    await f.add_duties(DUTIES)
+    hosts = [f"w{i}" for i in range(len(DUTIES))]
+    for h in hosts:
+        await _worker(store, h, ["t"])
+    first = Duties(TTL)
+    while len(first.held()) < len(DUTIES):  # the first host up takes every duty
+        first.beaten(await f.beat("w0", 0, TTL, first.held(), BEAT, BEAT), 0.0 + 1e9)
+    assert first.surplus() == "", "alone as far as it knows: it keeps them"
+    await f.take_census()
+    others = {h: Duties(TTL) for h in hosts[1:]}
+    for _ in range(len(DUTIES)):  # each round: every host beats once
+        give = first.surplus()
+        first.beaten(await f.beat("w0", 0, TTL, first.held(), BEAT, BEAT, give), 1e9)
+        for h, d in others.items():
+            d.beaten(await f.beat(h, 0, TTL, d.held(), BEAT, BEAT), 1e9)
+    counts = Counter(len(d.held()) for d in [first, *others.values()])
+    assert counts == {1: len(DUTIES)}, "one duty per host"
+    assert sorted(await _holders(store)) == sorted(DUTIES)
