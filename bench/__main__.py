@@ -24,6 +24,7 @@ from types import ModuleType
 from bench import (
     api,
     backlog,
+    fleet,
     history,
     lateness,
     livetail,
@@ -46,7 +47,19 @@ from bench.common import (
 
 SCENARIOS: dict[str, ModuleType] = {
     m.NAME: m
-    for m in (throughput, livetail, lateness, planner, api, ui, memory, snapshot, history, backlog)
+    for m in (
+        throughput,
+        livetail,
+        lateness,
+        planner,
+        api,
+        ui,
+        memory,
+        snapshot,
+        history,
+        backlog,
+        fleet,
+    )
 }
 DEFAULT_JSON = ROOT / "bench" / "results" / "latest.json"
 

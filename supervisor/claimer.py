@@ -42,6 +42,7 @@ wait counts from the reply, and started_at is the instant itself.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -99,7 +100,7 @@ class Claimer(Loop):
         refill_wait: float = 0.0,
         ahead: float = 0.0,
         duties: Duties | None = None,
-        poll_gap: float = 0.05,
+        poll_gap: float = 0.04,
         listening: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
@@ -166,7 +167,18 @@ class Claimer(Loop):
         floor = self.poll_interval if self.listening() else self.poll_gap
         if self.duties is None:
             return floor
-        return self.duties.poll_every(self.types, floor, self.poll_gap)
+        return self.duties.poll_every(self.types, floor, self.poll_gap, self.poll_interval)
+
+    def _next_poll(self) -> float:
+        """Seconds to this host's next idle poll: at its phase of the period on the wall
+        clock, so the fleet's polls fall `poll_gap` apart instead of bunching where hosts
+        started together (hosts' clocks agree to NTP's milliseconds; a skew only moves a
+        phase). Unseated: the period with the loop's jitter."""
+        period = self.interval
+        phase = self.duties.phase(self.types) if self.duties else None
+        if phase is None:
+            return period * random.uniform(1 - self.jitter, 1 + self.jitter)
+        return period - (time.time() - phase * period) % period
 
     async def _fan_out(self, rows: list[Claim]) -> None:
         """A backlog begins: wake the next seats of the crowded types among `rows`."""
@@ -292,14 +304,16 @@ class Claimer(Loop):
             return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
         room = self.slots.room()
         open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
-        if not open_types or (self.duties is not None and not self.duties.leads(open_types)):
-            return replace(done, next_in=self.interval)  # the first seats keep the timer
+        if not open_types:
+            return replace(done, next_in=self.interval)
+        if self.duties is not None and not self.duties.leads(open_types):
+            return replace(done, next_in=self._next_poll())  # the first seats keep the timer
         # A run can enter the window between the claim's snapshot and this statement's (the
         # claim came up empty a few ms too soon): look back to when the claim was sent.
         since = time.monotonic() - sent_at
         due_in = await self.store.next_due_in(open_types, self.ahead, since)
         if due_in is None:
-            return replace(done, next_in=self.interval)
+            return replace(done, next_in=self._next_poll())
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
 
     def _move_cursors(self, types: list[str], n: int, got: list[Claim], now: float) -> None:

@@ -108,8 +108,23 @@ class Duties:
         """Hosts beside this one, as far as its seats tell (the largest type's count)."""
         return max((size for _, size in self.seats.values()), default=1)
 
-    def poll_every(self, types: Iterable[str], floor: float, gap: float) -> float:
+    def poll_every(
+        self, types: Iterable[str], floor: float, gap: float, unseated: float | None = None
+    ) -> float:
         """Seconds between this host's polls: `floor`, or longer so that the hosts offering
-        the least-served of `types` poll it every `gap` seconds between them."""
+        the least-served of `types` poll it every `gap` seconds between them; before the
+        census has seated it, `unseated` (a fleet starting together polls at that pace for
+        its first seconds, not at the floor)."""
         sizes = [self.seats[t][1] for t in types if t in self.seats]
-        return max(floor, gap * min(sizes)) if sizes else floor
+        if not sizes:
+            return max(floor, unseated or floor)
+        return max(floor, gap * min(sizes))
+
+    def phase(self, types: Iterable[str]) -> float | None:
+        """Where in each poll period this host polls, as a fraction: its seat among the
+        hosts of its least-offered type, so their polls fall evenly apart (None: unseated)."""
+        seated = [self.seats[t] for t in types if t in self.seats and self.seats[t][1] > 0]
+        if not seated:
+            return None
+        seat, size = min(seated, key=lambda s: s[1])
+        return seat / size

@@ -27,6 +27,7 @@ SCENARIOS = {
     "snapshot",
     "history",
     "backlog",
+    "fleet",
 }
 
 

@@ -65,7 +65,7 @@ class Config:
     plan_max_runs: int = _setting(100, "at most this many runs planned per job per pass")
     poll_interval: float = _setting(5.0, "fallback poll when no notification arrives (seconds)")
     poll_gap: float = _setting(
-        0.05,
+        0.04,
         "seconds between the fleet's polls of a type: each host polls every poll_gap x the "
         "hosts offering it (never more often than poll_interval while it LISTENs)",
     )

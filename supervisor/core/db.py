@@ -176,7 +176,10 @@ async def open_listener(
 # connections). asyncpg then sends each statement's Parse again with its Bind, Execute and
 # Sync, so the pair lands on one server connection even outside a transaction
 # (Connection._get_statement: "assuming people are running PgBouncer").
-POOLED: dict[str, Any] = {"statement_cache_size": 0}
+# client_encoding as the server spells it: asyncpg's own 'utf-8' never matches the server
+# connection's UTF8 in PgBouncer 1.18's eyes, which then sent a SET before every statement
+# (half of an idle fleet's transactions, bench/fleet.py).
+POOLED: dict[str, Any] = {"statement_cache_size": 0, "server_settings": {"client_encoding": "UTF8"}}
 
 # What a supervisor's pool sends at connect, and behind a transaction pooler (which refuses
 # them as startup parameters, and would not keep them per client) expects from its role

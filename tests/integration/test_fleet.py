@@ -253,3 +253,16 @@ async def test_duties_taken_by_the_first_host_spread_once_the_fleet_is_there(
     counts = Counter(len(d.held()) for d in [first, *others.values()])
     assert counts == {1: len(DUTIES)}, "one duty per host"
     assert sorted(await _holders(store)) == sorted(DUTIES)
+
+
+def test_seated_hosts_poll_at_evenly_spread_phases() -> None:
+    size = 50
+    phases = []
+    for seat in range(size):
+        d = Duties(TTL)
+        d.seats = {"t": (seat, size), "wide": (0, 500)}  # the least-offered type decides
+        phases.append(d.phase(["t", "wide"]))
+    assert phases == [seat / size for seat in range(size)]
+    assert Duties(TTL).phase(["t"]) is None
+    d = Duties(TTL)
+    assert d.poll_every(["t"], 0.04, 0.04, unseated=5.0) == 5.0, "not seated yet: slow"
