@@ -25,6 +25,7 @@ from bench.common import Context, Proc
 from supervisor.core.db import ROLE_SETTINGS
 from supervisor.core.fleet import DUTIES
 from supervisor.core.sql import QUERIES
+from supervisor.heartbeater import IDLE_BEAT_GAP
 from supervisor.local.pgbin import servers
 from supervisor.local.pgbouncer import LocalPgBouncer
 from supervisor.local.pgserver import SUPERUSER, LocalPostgres
@@ -328,5 +329,7 @@ async def settled(conn: asyncpg.Connection, fleet: Fleet, type_: str, ttl: float
         )
         return bool(n >= fleet.hosts)
 
-    await wait_until(beaten, ttl + 30.0, "every host beaten since it was seated", every=0.5)
+    # An idle host beats every max(ttl/3, IDLE_BEAT_GAP x fleet size): 50 s at 1,000.
+    every = max(ttl / 3, IDLE_BEAT_GAP * fleet.hosts)
+    await wait_until(beaten, 2 * every + 30.0, "every host beaten since it was seated", every=0.5)
     return time.monotonic() - started
