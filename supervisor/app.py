@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from supervisor import __version__
+from supervisor import __version__, lease
 from supervisor.compose import Services, build_services
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import DB_ERRORS, SERVER_FULL, connect, create_pool
@@ -41,6 +41,11 @@ from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
 
 log = logging.getLogger("punchclock.supervisor")
+# A statement of the supervisor's is given up (and retried: every write is fenced and
+# idempotent) after a renewal's turn (lease_ttl/3), and never sooner than this many seconds:
+# its one connection serves every service, so a commit stuck on the server (waiting for a
+# synchronous standby that is gone) must not hold the lease renewals behind it for long.
+STATEMENT_FLOOR = 5.0
 
 
 class Supervisor:
@@ -97,6 +102,7 @@ class Supervisor:
                     generic_plans=True,
                     warm=lambda conn: Store(conn).warm_hot_statements(),
                     pooled=self.cfg.pooled,
+                    command_timeout=max(STATEMENT_FLOOR, self.cfg.lease_ttl * lease.RENEW),
                 )
             except SERVER_FULL as exc:
                 log_event(

@@ -241,6 +241,7 @@ async def create_pool(
     generic_plans: bool = False,
     warm: Warm | None = None,
     pooled: bool = False,
+    command_timeout: float = 30.0,
 ) -> asyncpg.Pool:
     """A pool of connections with the jsonb codec, JIT off.
 
@@ -272,7 +273,7 @@ async def create_pool(
         reset=_keep_session,
         **extra,
         # Short command timeout: a hung connection must not hold a lease renewal hostage.
-        command_timeout=30,
+        command_timeout=command_timeout,
     )
     assert pool is not None
     return pool
