@@ -35,33 +35,25 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncpg
 
 from supervisor import __version__
-from supervisor.census import Census
 from supervisor.claimer import Claimer
 from supervisor.completer import Completer
-from supervisor.compose import REFILL_WAIT
-from supervisor.core.channels import notifications
+from supervisor.compose import REFILL_WAIT, build_upkeep
 from supervisor.core.config import Config
 from supervisor.core.db import DB_ERRORS, create_pool
 from supervisor.core.fleet import DUTIES, fleet
 from supervisor.core.log import setup_logging
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.planning import PlanLimits
 from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
 from supervisor.duties import Duties
 from supervisor.heartbeater import Heartbeater
 from supervisor.loop import Loop
-from supervisor.notifier import WebhookNotifier
-from supervisor.planner import PLAN_LANES, Planner
-from supervisor.pruner import Pruner
-from supervisor.reaper import Reaper
 
 
 def emit(**fields: Any) -> None:
@@ -193,8 +185,8 @@ class Host:
 
 async def build_host(owner: str, args: argparse.Namespace, tally: Tally) -> Host:
     """One host's services, as compose.build_services wires them (stub for the executor)."""
-    cfg = Config()  # the product's defaults, with the bench's few settings below
-    ttl, concurrency = args.lease_ttl, args.concurrency
+    cfg = replace(Config(), lease_ttl=args.lease_ttl)  # the defaults, and the bench's TTL
+    ttl, concurrency = cfg.lease_ttl, args.concurrency
     pool = await _pool(args)
     store = Store(pool)
     await store.upsert_worker(
@@ -211,31 +203,9 @@ async def build_host(owner: str, args: argparse.Namespace, tally: Tally) -> Host
         duties=duties, poll_gap=cfg.poll_gap, listening=lambda: False,
     )  # fmt: skip
     stub.on_slot_free = claimer.slot_freed
-    limits = PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs)
-    planner = Planner(
-        store, limits, lanes=PLAN_LANES, idle=lambda: stub.in_flight() == 0,
-        gate=duties.gate("plan"),
-    )  # fmt: skip
-    reaper = Reaper(store, interval=max(0.2, ttl / 4), gate=duties.gate("reap"))
+    up = build_upkeep(cfg, store, owner, duties, claimer, idle=lambda: stub.in_flight() == 0)
     heartbeater = Heartbeater(store, owner=owner, lease_ttl=ttl, holder=stub, duties=duties)
-    pruner = Pruner(
-        store,
-        keep_succeeded_days=cfg.retention_succeeded_days,
-        keep_failed_days=cfg.retention_failed_days,
-        keep_deliveries_days=cfg.retention_deliveries_days,
-        gate=duties.gate("prune"),
-    )
-    census = Census(store, gate=duties.gate("census"))
-    notifier = WebhookNotifier(
-        notifications(store), owner=owner, timeout=cfg.notify_timeout,
-        retry_window=cfg.notify_retry_window, allowed_hosts=cfg.notify_allowed_hosts,
-        late_after=cfg.ready_max_lag, gate=duties.gate("notify"),
-    )  # fmt: skip
-    gated: dict[str, Loop] = {"plan": planner, "reap": reaper, "prune": pruner,
-                              "notify": notifier, "census": census, "catchup": claimer}  # fmt: skip
-    for kind, loop in gated.items():
-        duties.on_gained(kind, loop.wake)
-    intake: list[Loop] = [planner, claimer, reaper, pruner, notifier, census]
+    intake: list[Loop] = [up.planner, claimer, up.reaper, up.pruner, up.notifier, up.census]
     return Host(owner, store, pool, intake, [heartbeater], completer, claimer)
 
 

@@ -7,6 +7,7 @@ Protocols (faces.py) passed to each.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from supervisor.core.channels import notifications
 from supervisor.core.config import Config
 from supervisor.core.metrics import Metrics
 from supervisor.core.planning import PlanLimits
+from supervisor.core.records import Reaped
 from supervisor.core.store import Store
 from supervisor.duties import Duties
 from supervisor.executor import Executor
@@ -92,23 +94,20 @@ def build_services(
         m.planned.add(inserted)
         m.plan_tick.record(seconds)
 
-    planner = Planner(
+    upkeep = build_upkeep(
+        cfg,
         store,
-        PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
-        on_planned=planned,
-        heartbeat_url=cfg.heartbeat_ping_url,
-        hold_off=executor.hold_off,
-        lanes=PLAN_LANES,
+        owner,
+        duties,
+        claimer,
         idle=lambda: executor.in_flight() == 0,
-        gate=duties.gate("plan"),
-    )
-    reaper = Reaper(
-        store,
-        interval=max(0.2, cfg.lease_ttl / 4),
+        hold_off=executor.hold_off,
+        on_planned=planned,
         on_reaped=lambda rows: record_reaped(m, rows),
-        gate=duties.gate("reap"),
     )
-
+    planner, reaper, pruner, notifier, census = (
+        upkeep.planner, upkeep.reaper, upkeep.pruner, upkeep.notifier, upkeep.census
+    )  # fmt: skip
     heartbeater = Heartbeater(
         store,
         owner=owner,
@@ -127,27 +126,6 @@ def build_services(
     tails = LiveTail(store, executor, every) if every > 0 else None
     direct = cfg.direct_database_url
     listener = Listener(direct, claimer.notified) if direct else None
-    pruner = Pruner(
-        store,
-        keep_succeeded_days=cfg.retention_succeeded_days,
-        keep_failed_days=cfg.retention_failed_days,
-        keep_deliveries_days=cfg.retention_deliveries_days,
-        gate=duties.gate("prune"),
-    )
-    census = Census(store, gate=duties.gate("census"))
-    notifier = WebhookNotifier(
-        notifications(store),
-        owner=owner,
-        timeout=cfg.notify_timeout,
-        retry_window=cfg.notify_retry_window,
-        allowed_hosts=cfg.notify_allowed_hosts,
-        late_after=cfg.ready_max_lag,
-        gate=duties.gate("notify"),
-    )
-    gated = {"plan": planner, "reap": reaper, "prune": pruner, "notify": notifier,
-             "census": census, "catchup": claimer}  # fmt: skip
-    for kind, loop in gated.items():
-        duties.on_gained(kind, loop.wake)
     loops: list[Loop] = [planner, claimer, reaper, heartbeater, fence, pruner, notifier, census]
     if listener is not None:
         loops.append(listener)
@@ -168,6 +146,75 @@ def build_services(
         census,
         tails=tails,
     )
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """The services only the holders of their duties run (DESIGN.md, Fleet)."""
+
+    planner: Planner
+    reaper: Reaper
+    pruner: Pruner
+    notifier: WebhookNotifier
+    census: Census
+
+
+def build_upkeep(
+    cfg: Config,
+    store: Store,
+    owner: str,
+    duties: Duties,
+    claimer: Claimer,
+    *,
+    idle: Callable[[], bool],
+    hold_off: Callable[[], float] | None = None,
+    on_planned: Callable[[int, float], None] | None = None,
+    on_reaped: Callable[[list[Reaped]], None] | None = None,
+) -> Upkeep:
+    """Planner, reaper, pruner, notifier and census, each gated by its duty, and each (the
+    claimer too, for the catch-up pass) woken when this host takes that duty. The bench's
+    simulated hosts (bench/fleet_sim.py) are built by this too."""
+    upkeep = Upkeep(
+        planner=Planner(
+            store,
+            PlanLimits(horizon=timedelta(seconds=cfg.plan_horizon), max_runs=cfg.plan_max_runs),
+            on_planned=on_planned,
+            heartbeat_url=cfg.heartbeat_ping_url,
+            hold_off=hold_off,
+            lanes=PLAN_LANES,
+            idle=idle,
+            gate=duties.gate("plan"),
+        ),
+        reaper=Reaper(
+            store,
+            interval=max(0.2, cfg.lease_ttl / 4),
+            on_reaped=on_reaped,
+            gate=duties.gate("reap"),
+        ),
+        pruner=Pruner(
+            store,
+            keep_succeeded_days=cfg.retention_succeeded_days,
+            keep_failed_days=cfg.retention_failed_days,
+            keep_deliveries_days=cfg.retention_deliveries_days,
+            gate=duties.gate("prune"),
+        ),
+        notifier=WebhookNotifier(
+            notifications(store),
+            owner=owner,
+            timeout=cfg.notify_timeout,
+            retry_window=cfg.notify_retry_window,
+            allowed_hosts=cfg.notify_allowed_hosts,
+            late_after=cfg.ready_max_lag,
+            gate=duties.gate("notify"),
+        ),
+        census=Census(store, gate=duties.gate("census")),
+    )
+    gated: dict[str, Loop] = {"plan": upkeep.planner, "reap": upkeep.reaper,
+                              "prune": upkeep.pruner, "notify": upkeep.notifier,
+                              "census": upkeep.census, "catchup": claimer}  # fmt: skip
+    for kind, loop in gated.items():
+        duties.on_gained(kind, loop.wake)
+    return upkeep
 
 
 @dataclass
