@@ -24,19 +24,15 @@ WAKE_FIRST = 3
 class Duties:
     """The duties this host holds and its seats; gates and wakes the services."""
 
-    def __init__(self, ttl: float, *, alone: bool = False) -> None:
+    def __init__(self, ttl: float) -> None:
         self.ttl = ttl
-        self.alone = alone  # tests and tools without a fleet: every duty is ours
         self._until: dict[str, float] = {}
         self.seats: dict[str, tuple[int, int]] = {}
         self.free = 0
         self._wakers: dict[str, list[Callable[[], None]]] = {}
-        self.on_seats: list[Callable[[], None]] = []
 
     def holds(self, kind: str) -> bool:
         """Whether this host may do `kind` now ("plan", "reap", ...)."""
-        if self.alone:
-            return True
         now = time.monotonic()
         return any(duty_kind(n) == kind and t > now for n, t in self._until.items())
 
@@ -60,10 +56,7 @@ class Duties:
         for kind in {duty_kind(n) for n in beat.duties} - before:
             for wake in self._wakers.get(kind, ()):
                 wake()
-        if beat.seats != self.seats:
-            self.seats = dict(beat.seats)
-            for changed in self.on_seats:
-                changed()
+        self.seats = dict(beat.seats)
 
     def surplus(self) -> str:
         """A duty to give up ('' none): while this host holds several and the fleet has a
@@ -71,9 +64,6 @@ class Duties:
         spread out (a host holding none takes it at its next beat)."""
         held = sorted(self.held())
         return held[-1] if len(held) > 1 and self.fleet_size() >= len(DUTIES) else ""
-
-    def released(self) -> None:
-        self._until = {}
 
     # ------------------------------------------------------------ seats
 

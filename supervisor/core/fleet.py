@@ -3,7 +3,6 @@ the wake-up payload both ends read (DESIGN.md, Fleet)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,12 +79,9 @@ class Fleet(Queries):
             "beat", worker_id, running, ttl, keep, bool(held), beat_every, idle_every, give_up
         )
         assert row is not None
-        raw = row["seats"]
-        if isinstance(raw, str):  # a connection without the jsonb codec
-            raw = json.loads(raw)
         seats = {
             t: (int(v[0]), int(v[1]))
-            for t, v in (raw or {}).items()
+            for t, v in (row["seats"] or {}).items()
             if isinstance(v, list) and len(v) == 2
         }
         return Beat(seats, tuple(row["duties"]), max(0, int(row["free"])))

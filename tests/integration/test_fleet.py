@@ -197,8 +197,11 @@ async def test_an_idle_host_in_a_big_fleet_beats_less_often(store: Store) -> Non
     assert await _seen(store) > seen, "a host holding duties beats every TTL/3"
     every = await sql_value(store, "SELECT beat_every FROM workers WHERE id = 'w'")
     assert every == pytest.approx(50.0), "each beat says how often it beats when idle"
-    await sql_value(store, "UPDATE duties SET holder = 'other'")  # it holds none now
-    duties.released()
+    await sql_value(  # another host holds them all now
+        store, "UPDATE duties SET holder = 'other', expires_at = now() + interval '1 minute'"
+    )
+    await hb.run_once()  # a beat that learns so
+    assert duties.held() == []
     seen = await _seen(store)
     await hb.run_once()
     assert await _seen(store) == seen, "an idle host's next beat is not due yet"
