@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.core.db import connect
-from supervisor.core.migrator import migrate
-
 from .procs import Cluster, ThrowawayPostgres, reap_adopted, set_subreaper
+from .scenario import start_migrated
 
 
 @pytest.fixture(autouse=True)
@@ -44,12 +42,7 @@ async def pg() -> AsyncIterator[ThrowawayPostgres]:
     measure; never the shared server."""
     server = ThrowawayPostgres()
     try:
-        dsn = await asyncio.to_thread(server.start)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
+        await start_migrated(server)
         yield server
     finally:
         await asyncio.to_thread(server.close)

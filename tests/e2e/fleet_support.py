@@ -8,22 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import asyncpg
 
 from supervisor.core.db import DB_ERRORS, POOLED, ROLE_SETTINGS, role_settings_problems
 from supervisor.core.store import Store
 from supervisor.local.pgbouncer import LocalPgBouncer
-from supervisor.local.pgserver import SUPERUSER, LocalPostgres
+from supervisor.local.pgserver import SUPERUSER
 
 from .procs import Cluster, PidMonitor, Supervisor, ThrowawayPostgres
 
-T = TypeVar("T")
 MAX_CONNECTIONS = 100  # PostgreSQL's stock value: the server a fleet must fit
 # Every client backend, the sampler's own and the test pool's among them (TEST_CONNECTIONS).
 BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
@@ -31,14 +27,9 @@ TEST_CONNECTIONS = 1 + 4  # the sampler and the test's store pool (create_pool m
 _SAMPLE_ERRORS: tuple[type[BaseException], ...] = (*DB_ERRORS, asyncpg.PostgresError)
 
 
-class FleetPostgres(ThrowawayPostgres):
-    """ThrowawayPostgres with max_connections = 100 and durable commits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        settings = {"max_connections": str(MAX_CONNECTIONS), "synchronous_commit": "on"}
-        self.server = LocalPostgres(self.tmp / "pg", persistent=False, settings=settings)
-        self.data_dir = self.server.data_dir
+def fleet_postgres() -> ThrowawayPostgres:
+    """A throwaway server with the stock max_connections = 100 (and durable commits)."""
+    return ThrowawayPostgres(settings={"max_connections": str(MAX_CONNECTIONS)})
 
 
 class BackendSampler:
@@ -83,7 +74,7 @@ class BackendSampler:
 class Fleet:
     """The server, the bouncer, the supervisors and the observers of one module."""
 
-    pg: FleetPostgres
+    pg: ThrowawayPostgres
     bouncer: LocalPgBouncer
     cluster: Cluster
     store: Store  # direct to the server, for the test's own reads and writes
@@ -125,7 +116,7 @@ class Fleet:
         return out
 
 
-async def prepare(pg: FleetPostgres) -> None:
+async def prepare(pg: ThrowawayPostgres) -> None:
     """Migrations on the direct DSN (`punchclock migrate`, a real process) and the role
     settings a transaction pooler needs (`ALTER ROLE ... SET`)."""
     proc = await asyncio.create_subprocess_exec(
@@ -178,18 +169,6 @@ async def start_fleet(fleet: Fleet, hosts: int, *, lease_ttl: float, concurrency
         fleet.pids[wid] = sup.pid
     for sup in fleet.sups:
         await sup.wait_event("supervisor_started", timeout=120)
-
-
-async def tolerant(read: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
-    """`read()`, retried while a fault leaves dead connections in the test's pool."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await read()
-        except DB_ERRORS:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)  # the next acquire replaces the dead connection
 
 
 def executions_of(monitor: PidMonitor, sup: Supervisor) -> int:

@@ -406,7 +406,7 @@ class ThrowawayPostgres:
     outlives LocalPostgres's watchdog's knowledge, so close() stops it with pg_ctl too.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
         # Short path: the unix socket lives in the data dir. Traversable: the server may run
         # as the `postgres` user (we may be root).
         self.tmp = Path(tempfile.mkdtemp(prefix="pcr-", dir="/tmp"))
@@ -414,7 +414,8 @@ class ThrowawayPostgres:
         # Commits durable before they are acknowledged, as in production: the throwaway
         # default (synchronous_commit=off) forgets the last acknowledged claims and
         # completions in an immediate restart, and the runs execute again.
-        durable = {"synchronous_commit": "on"}
+        # `settings`: more server settings (max_connections for a fleet or a full server).
+        durable = {"synchronous_commit": "on", **(settings or {})}
         self.server = LocalPostgres(self.tmp / "pg", persistent=False, settings=durable)
         self.data_dir = self.server.data_dir
         self.dsn = ""

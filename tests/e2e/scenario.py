@@ -3,11 +3,17 @@ own stamps say about them."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
+
+from supervisor.core.db import DB_ERRORS, connect
+from supervisor.core.migrator import migrate
 
 from ..factory import (  # re-exported: the e2e tests import them from here
     LIMITS,
@@ -19,7 +25,9 @@ from ..factory import (  # re-exported: the e2e tests import them from here
     status_is,
     statuses,
 )
-from .procs import Execution
+from .procs import Execution, ThrowawayPostgres
+
+T = TypeVar("T")
 
 __all__ = [
     "LIMITS",
@@ -112,3 +120,26 @@ def execution_problems(
 
 def _name(row: asyncpg.Record) -> str:
     return f"run {row['run_id']} attempt {row['attempt']}"
+
+
+async def tolerant(read: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
+    """`read()`, retried while a fault leaves dead connections in the test's pool."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await read()
+        except DB_ERRORS:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)  # the next acquire replaces the dead connection
+
+
+async def start_migrated(server: ThrowawayPostgres) -> str:
+    """Start a throwaway server and migrate it; its DSN."""
+    dsn = await asyncio.to_thread(server.start)
+    conn = await connect(dsn)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return dsn

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import pytest
@@ -33,13 +33,12 @@ from .procs import (
     readyz,
     scrape,
 )
-from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses
+from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses, tolerant
 
 LEASE_TTL = 2.5
 OUTAGE = 10.0  # seconds the database stays stopped: 4 leases, and every retry reaches its cap
 RUNS = 24  # three rounds of the eight slots, so a backlog waits through the fault
 WORK = 1.2  # each handler's seconds: children end during the outage, before any fence
-T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +119,7 @@ async def _scenario(
     await wait_for(lambda: _tolerant(all_in(store, ids, "succeeded")), 60, "every run to succeed")
     await _wait_ready(ports.values(), 30, "/readyz after the database is back")
     await monitor.stop()
-    history = await _retry(lambda: all_attempts(store, ids))
+    history = await tolerant(lambda: all_attempts(store, ids), 20)
     logs = "\n".join(f"--- {s.worker_id}\n{s.tail(15)}" for s in sups)
     problems = execution_problems(list(monitor.executions.values()), history, monitor.alive_until)
     assert not problems, "\n".join(problems) + f"\nattempts: {_summary(history)}\n{logs}"
@@ -175,17 +174,6 @@ async def _tolerant(check: Awaitable[bool]) -> bool:
         return await check
     except DB_ERRORS:
         return False
-
-
-async def _retry(read: Callable[[], Awaitable[T]], timeout: float = 20) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await read()
-        except DB_ERRORS:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)  # a dead pooled connection: the next acquire replaces it
 
 
 async def _status(port: int) -> int:

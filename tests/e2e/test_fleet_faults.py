@@ -44,15 +44,14 @@ from .fleet_support import (
     MAX_CONNECTIONS,
     BackendSampler,
     Fleet,
-    FleetPostgres,
     executions_of,
+    fleet_postgres,
     prepare,
     role_problems,
     start_fleet,
-    tolerant,
 )
 from .procs import Cluster, PidMonitor, Supervisor, reap_adopted, set_subreaper
-from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses
+from .scenario import all_attempts, all_in, create_runs, execution_problems, statuses, tolerant
 
 HOSTS = int(os.environ.get("PUNCHCLOCK_FLEET_HOSTS", "100"))
 CONCURRENCY = 2
@@ -85,7 +84,7 @@ def no_stray_children() -> Iterator[None]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    pg = FleetPostgres()
+    pg = fleet_postgres()
     bouncer: LocalPgBouncer | None = None
     cluster: Cluster | None = None
     sampler: BackendSampler | None = None

@@ -6,8 +6,6 @@ cluster of the test's own."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,13 +13,12 @@ import asyncpg
 import pytest
 
 from supervisor.core.db import connect
-from supervisor.core.migrator import migrate
 from supervisor.core.store import Store
-from supervisor.local.pgserver import LocalPostgres
 
 from ..factory import create_runs, statuses
 from ..helpers import wait_for
-from .procs import Cluster
+from .procs import Cluster, ThrowawayPostgres
+from .scenario import start_migrated
 
 pytestmark = pytest.mark.slow
 SLOTS = 6
@@ -30,21 +27,13 @@ SLOTS = 6
 @pytest.fixture
 async def tiny() -> AsyncIterator[str]:
     """A migrated cluster taking SLOTS connections, none kept for superusers."""
-    tmp = Path(tempfile.mkdtemp(prefix="pcf-", dir="/tmp"))
-    tmp.chmod(0o755)
-    settings = {"max_connections": str(SLOTS), "superuser_reserved_connections": "0"}
-    server = LocalPostgres(tmp / "pg", persistent=False, settings=settings)
+    server = ThrowawayPostgres(
+        settings={"max_connections": str(SLOTS), "superuser_reserved_connections": "0"}
+    )
     try:
-        dsn = await asyncio.to_thread(server.start)
-        conn = await connect(dsn)
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-        yield dsn
+        yield await start_migrated(server)
     finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        await asyncio.to_thread(server.close)
 
 
 async def _fill(dsn: str) -> list[asyncpg.Connection]:
