@@ -23,9 +23,10 @@ type nobody offers (planned, never run).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,6 +81,18 @@ class Env:
 
 
 def specs(smoke: bool) -> list[Spec]:
+    """The fleets to measure. PUNCHCLOCK_FLEET_ONLY="real10,real100:drain" (fleets by kind and
+    size, then optionally the phases) narrows a full run while working on one figure."""
+    only = os.environ.get("PUNCHCLOCK_FLEET_ONLY", "")
+    picked, _, phases = only.partition(":")
+    chosen = [s for s in _specs(smoke) if not picked or f"{s.kind}{s.hosts}" in picked.split(",")]
+    if phases:
+        keep = tuple(phases.split(","))
+        chosen = [replace(s, phases=tuple(p for p in s.phases if p in keep)) for s in chosen]
+    return chosen
+
+
+def _specs(smoke: bool) -> list[Spec]:
     if smoke:  # short: CI runs every scenario's smoke size
         return [Spec("real", 2, ("drain",)), Spec("real", 3), Spec("sim", 10, per_proc=10),
                 Spec("direct", 2, ("idle", "triggers"))]  # fmt: skip

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from supervisor.core.fleet import fleet
 from supervisor.core.store import Store
-from supervisor.loop import Loop, Pass
+from supervisor.loop import GATED_EVERY, Loop, Pass
 
 EVERY = 5.0  # seconds between counts: a new or dead host is seated within this and a beat
 
@@ -33,5 +33,5 @@ class Census(Loop):
 
     async def run_once(self) -> CensusPass:
         if not self.gate():
-            return CensusPass()
+            return CensusPass(GATED_EVERY)  # woken on taking the duty
         return CensusPass(changed=await self.fleet.take_census())

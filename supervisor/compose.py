@@ -68,7 +68,7 @@ def build_services(
         keeper=keeper,
         orphans=orphans,
         on_slot_free=lambda: claimer.slot_freed(),  # noqa: PLW0108 - built below
-        on_started=lambda type_, delay: m.queue_delay.record(delay, type_),
+        on_started=lambda type_, delay: started(type_, delay),  # noqa: PLW0108 - built below
         on_ended=lambda ended: record_attempt(m, ended),
         log_runs=cfg.log_runs == "all",
     )
@@ -121,9 +121,19 @@ def build_services(
         executor.fence_check()
         orphans.sweep_soon()  # also catches daemons orphaned while handlers run
 
-    fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL))
+    def busy() -> bool:
+        return executor.in_flight() > 0
+
+    fence = FenceWatch(fence_tick, min(0.5, cfg.lease_ttl * lease.FENCE_POLL), busy=busy)
     every = cfg.live_output_interval
     tails = LiveTail(store, executor, every) if every > 0 else None
+
+    def started(type_: str, delay: float) -> None:
+        m.queue_delay.record(delay, type_)
+        fence.rouse()  # both tick slowly while nothing runs here
+        if tails is not None:
+            tails.rouse()
+
     direct = cfg.direct_database_url
     listener = Listener(direct, claimer.notified) if direct else None
     loops: list[Loop] = [planner, claimer, reaper, heartbeater, fence, pruner, notifier, census]

@@ -57,9 +57,11 @@ class LiveOutput:
 
 class Running(Protocol):
     """What the live tail writer needs: the output of the children running longer than
-    `older_than` seconds."""
+    `older_than` seconds, and whether any run is in flight."""
 
     def live_output(self, older_than: float) -> list[LiveOutput]: ...
+
+    def in_flight(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from supervisor.core.store import Store
 from supervisor.faces import LiveOutput, Running
-from supervisor.loop import Loop, Pass
+from supervisor.loop import IDLE_EVERY, Loop, Pass
 
 EVERY = 1.0  # seconds between writes, and how long a child runs before its first
 
@@ -42,4 +42,5 @@ class LiveTail(Loop):
             ]
             await self.store.write_live_tails(rows)
         self._seen = {(o.run_id, o.attempt): o.received for o in live}
-        return TailPass(written=len(fresh))
+        self.resting = not self.running.in_flight()  # a child's start rouses us
+        return TailPass(max(self.interval, IDLE_EVERY) if self.resting else None, len(fresh))

@@ -28,7 +28,7 @@ from supervisor.core.db import DB_ERRORS
 from supervisor.core.events import host_allowed
 from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
-from supervisor.loop import Loop, Pass
+from supervisor.loop import GATED_EVERY, Loop, Pass
 
 RETRY_BASE = 5.0  # seconds before the second attempt (then doubling, equal jitter)
 RETRY_CAP = 3600.0
@@ -143,7 +143,7 @@ class WebhookNotifier(Loop):
 
     async def run_once(self) -> NotifyPass:
         if not self.gate():
-            return NotifyPass()
+            return NotifyPass(GATED_EVERY)  # woken on taking the duty
         await self._read_depth()
         free = self.concurrency - len(self._inflight)
         if free <= 0:

@@ -17,7 +17,7 @@ from typing import Any
 from supervisor.core.log import log_event
 from supervisor.core.planning import PLAN_RETRY, PlanFailure, PlanLimits, plan_jobs
 from supervisor.core.store import Store
-from supervisor.loop import Loop, Pass
+from supervisor.loop import GATED_EVERY, Loop, Pass
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Planner(Loop):
         (_write_turn). A quiet tick stays one short transaction.
         """
         if not self.gate():
-            return PlanPass()
+            return PlanPass(GATED_EVERY)  # woken on taking the duty
         total = PlanPass(heartbeat=await self.heartbeat())
         if self.stopping:
             return total

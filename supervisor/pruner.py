@@ -15,7 +15,7 @@ from datetime import datetime
 
 from supervisor.core.log import log_event
 from supervisor.core.store import Store
-from supervisor.loop import Loop, Pass
+from supervisor.loop import GATED_EVERY, Loop, Pass
 
 DAY = 86400.0
 
@@ -53,7 +53,7 @@ class Pruner(Loop):
 
     async def run_once(self) -> PrunePass:
         if not self.gate():
-            return PrunePass()
+            return PrunePass(GATED_EVERY)  # woken on taking the duty
         deleted, reached = await self.store.prune_runs(
             self.keep_succeeded, self.keep_failed, self.batch, self._reached
         )

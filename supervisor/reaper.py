@@ -13,7 +13,7 @@ from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
 from supervisor.core.records import Reaped
 from supervisor.core.store import Store
-from supervisor.loop import Loop, Pass
+from supervisor.loop import GATED_EVERY, Loop, Pass
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Reaper(Loop):
 
     async def run_once(self) -> ReapPass:
         if not self.gate():
-            return ReapPass()
+            return ReapPass(GATED_EVERY)  # woken on taking the duty
         async with self.store.transaction() as tx:
             rows = await tx.reap_expired(self.batch)
             if rows:
