@@ -1,8 +1,10 @@
-"""Bearer-token authentication with two roles: `read` (GET only) and `admin` (everything).
+"""Bearer-token authentication: each token has a name and a role (read < operator < admin);
+what each role may do is api/permissions.py's table, enforced here for everything but /ui/.
 
-Without configured tokens the API must listen on loopback only (serve() refuses anything
-else) and every loopback caller is admin. Tokens are compared in constant time and never
-logged.
+There is no tokenless mode: loopback is no trust boundary (other local users, containers
+sharing the network, a same-host proxy), so every caller needs a token (`punchclock api`
+generates an admin one when none is configured, see serve()). Forwarded/X-Forwarded-For
+carry no authority. Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
@@ -16,43 +18,57 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from api import permissions
 from api.problems import ApiError, Handler
 from supervisor.core.config import ConfigError
+from supervisor.core.tokenspec import ADMIN, OPERATOR, READ, parse_tokens
 
-READ, ADMIN = "read", "admin"
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+__all__ = ["ADMIN", "OPERATOR", "READ", "Caller", "Tokens", "auth_middleware"]
 PROTECTED_PREFIX = "/v1/"
-# /metrics names jobs and counts: it needs a token too (read is enough). /healthz and
-# /readyz stay open for load balancers and systemd checks.
+# Unrouted paths under these answer 401 before 404 (nothing to learn without a token).
+# /metrics names jobs and counts: it needs a token too (read is enough); /healthz and
+# /readyz stay open for load balancers and systemd checks (permissions.TABLE says so).
 PROTECTED_PATHS = frozenset({"/metrics"})
-# Where the role is kept on the request (aiohttp >= 3.13 wants typed keys; older has none).
+UI_PREFIX = "/ui/"  # the dashboard's gate (ui/guard.py) applies the same table to sessions
+# Where the role and the token's name are kept on the request (aiohttp >= 3.13 wants typed
+# keys; older has none). ACTOR_KEY is what log lines and records call the caller.
 ROLE_KEY: Any = web.RequestKey("role", str) if hasattr(web, "RequestKey") else "punchclock_role"
+ACTOR_KEY: Any = web.RequestKey("actor", str) if hasattr(web, "RequestKey") else "punchclock_actor"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="punchclock"'}
 
 
 @dataclass(frozen=True)
-class Tokens:
-    """(role, sha256 of the token) pairs; hashing gives every comparison the same length."""
+class Caller:
+    role: str
+    name: str
 
-    entries: tuple[tuple[str, bytes], ...]
+
+@dataclass(frozen=True)
+class Tokens:
+    """(role, name, sha256 of the token) entries; hashing gives every comparison the same
+    length. Entries are supervisor.core.tokenspec's (names unique, one entry per token)."""
+
+    entries: tuple[tuple[str, str, bytes], ...]
 
     @classmethod
     def parse(cls, specs: tuple[str, ...] | list[str]) -> Tokens:
-        entries = []
-        for spec in specs:
-            role, sep, secret = spec.partition(":")
-            if not sep or role not in (READ, ADMIN) or not secret:
-                raise ConfigError("api_tokens: each entry is read:TOKEN or admin:TOKEN")
-            entries.append((role, _digest(secret)))
-        return cls(tuple(entries))
+        try:
+            parsed = parse_tokens(specs)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(tuple((t.role, t.name, _digest(t.secret)) for t in parsed))
 
-    def role_of(self, token: str) -> str | None:
+    def identify(self, token: str) -> Caller | None:
         given = _digest(token)
         found = None
-        for role, digest in self.entries:  # no early exit: the time does not depend on which
-            if hmac.compare_digest(digest, given) and found != ADMIN:
-                found = role
+        for role, name, digest in self.entries:  # no early exit: the time does not say which
+            if hmac.compare_digest(digest, given):
+                found = Caller(role, name)
         return found
+
+    def role_of(self, token: str) -> str | None:
+        caller = self.identify(token)
+        return None if caller is None else caller.role
 
 
 def _digest(token: str) -> bytes:
@@ -68,44 +84,67 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, tokens: Tokens) -> None:
-    """Refuse to serve without authentication anywhere but loopback."""
-    if not tokens.entries and not is_loopback(host):
+def check_exposure(tokens: Tokens) -> None:
+    """No tokens, no API: every request would be refused (create_app calls this)."""
+    if not tokens.entries:
         raise ConfigError(
-            f"api_listen: refusing to listen on {host} without API tokens; configure "
-            "api_tokens (--api-token ROLE:TOKEN) or listen on a loopback address"
+            "api_tokens: at least one token is required (`punchclock api` generates an admin "
+            "token into its state directory when none is configured)"
         )
 
 
 def auth_middleware(tokens: Tokens) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not (request.path.startswith(PROTECTED_PREFIX) or request.path in PROTECTED_PATHS):
+        if request.path.startswith(UI_PREFIX):
             return await handler(request)
-        role = _authenticate(request, tokens)
-        if request.method not in READ_METHODS and role != ADMIN:
-            raise ApiError(403, f"the {role} role may only read; this needs an admin token")
-        request[ROLE_KEY] = role
+        least = permissions.least_role(request)
+        if least == permissions.PUBLIC:
+            # Open routes still learn a valid caller (e.g. /readyz's details need a token).
+            header = request.headers.get("Authorization", "")
+            scheme, _, given = header.partition(" ")
+            found = tokens.identify(given.strip()) if scheme.lower() == "bearer" else None
+            if found is not None:
+                _remember(request, found)
+            return await handler(request)
+        if least == permissions.UNROUTED and not (
+            request.path.startswith(PROTECTED_PREFIX) or request.path in PROTECTED_PATHS
+        ):
+            return await handler(request)
+        caller = _authenticate(request, tokens)
+        _remember(request, caller)
+        if least is None:  # a route nobody listed: refused until it is (default deny)
+            raise ApiError(403, f"{request.method} {request.path} is not open to any role")
+        if least != permissions.UNROUTED and not permissions.allows(caller.role, least):
+            what = f"{request.method} {permissions.route_of(request)}"
+            raise ApiError(403, permissions.refusal(caller.role, caller.name, least, what))
         return await handler(request)
 
     return auth
 
 
-def _authenticate(request: web.Request, tokens: Tokens) -> str:
-    if not tokens.entries:
-        # Without tokens the listener is loopback-only; a proxied or odd peer is refused too.
-        if request.remote is None or not is_loopback(request.remote):
-            raise ApiError(403, "unauthenticated access is allowed from loopback only")
-        return ADMIN
+def sees_payloads(request: web.Request) -> bool:
+    """The payload policy (permissions.can_see_payloads) for this request's caller: an API
+    token's role, or a dashboard session's (ui/guard.py sets the same key)."""
+    return permissions.can_see_payloads(request.get(ROLE_KEY))
+
+
+def _remember(request: web.Request, caller: Caller) -> None:
+    request[ROLE_KEY] = caller.role
+    request[ACTOR_KEY] = caller.name
+
+
+def _authenticate(request: web.Request, tokens: Tokens) -> Caller:
+    # No exception for loopback peers (nor for what Forwarded headers claim): a token always.
     header = request.headers.get("Authorization", "")
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
         raise ApiError(401, "Authorization: a bearer token is required", headers=_CHALLENGE)
-    role = tokens.role_of(credentials.strip())
-    if role is None:
+    caller = tokens.identify(credentials.strip())
+    if caller is None:
         raise ApiError(
             401,
             "Authorization: the bearer token is not valid",
             headers={"WWW-Authenticate": 'Bearer realm="punchclock", error="invalid_token"'},
         )
-    return role
+    return caller

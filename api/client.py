@@ -1,7 +1,9 @@
 """`punchclock jobs ...` and `punchclock runs ...`: the management API over HTTP.
 
-Standard library only (urllib), so registering the subcommands costs nothing. The URL and
-token come from --api-url/--api-token or PUNCHCLOCK_API_URL/PUNCHCLOCK_API_TOKEN. Output is a
+Standard library only (urllib, client_http.py: the token goes to the API's origin only),
+so registering the subcommands costs nothing. The URL and
+token come from --api-url/--api-token or PUNCHCLOCK_API_URL/PUNCHCLOCK_API_TOKEN (for a
+loopback URL without a token: the admin token file `punchclock api` generated). Output is a
 readable table, or the API's JSON with --json. Exit status: 0 ok, 1 failed (not found,
 conflict, auth, unreachable), 2 usage or invalid input (including the API's 400 and 422).
 """
@@ -12,79 +14,15 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from api import client_format as fmt
+from api.client_http import EXIT_OK, EXIT_USAGE, ApiClient, ClientError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_URL = "http://127.0.0.1:8080"
 STATUSES = ["scheduled", "running", "succeeded", "failed", "dead", "cancelled", "skipped"]
-
-
-class ClientError(Exception):
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class ApiClient:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, Any]] | None = None,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        """The decoded JSON answer; raises ClientError for a problem or no answer."""
-        url = self.url + path
-        pairs = [(k, v) for k, v in (query or []) if v is not None]
-        if pairs:
-            url += "?" + urllib.parse.urlencode(pairs)
-        all_headers = {"Accept": "application/json", **(headers or {})}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            all_headers["Content-Type"] = "application/json"
-        if self.token:
-            all_headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raise _problem(exc.code, exc.read()) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ClientError(f"cannot reach the API at {self.url}: {reason}") from None
-
-
-def _problem(status: int, raw: bytes) -> ClientError:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    detail = data.get("detail") or raw[:200].decode("utf-8", "replace")
-    errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
-    if errors:  # the detail repeats them: one line per field instead
-        lines = [f"{status} {data.get('title', 'error')}:"]
-        lines += [f"  {e.get('field')}: {e.get('message')}" for e in errors]
-    else:
-        lines = [f"{status} {data.get('title', 'error')}: {detail}"]
-    code = EXIT_USAGE if status in (400, 413, 422) else EXIT_FAILED
-    return ClientError("\n".join(lines), code)
 
 
 # ---------------------------------------------------------------- helpers
@@ -92,8 +30,22 @@ def _problem(status: int, raw: bytes) -> ClientError:
 
 def _client(args: argparse.Namespace) -> ApiClient:
     url = args.api_url or os.environ.get("PUNCHCLOCK_API_URL") or DEFAULT_URL
-    token = args.api_token or os.environ.get("PUNCHCLOCK_API_TOKEN") or None
+    token = args.api_token or os.environ.get("PUNCHCLOCK_API_TOKEN") or _local_token(url)
     return ApiClient(url, token)
+
+
+def _local_token(url: str) -> str | None:
+    """The admin token `punchclock api`/`up` generated for this user, for a loopback URL only
+    (never sent elsewhere); refused if the file is not this user's own 0600 file."""
+    from supervisor.core.secretfile import InsecureFile, admin_token_file, read_secret
+
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host != "localhost" and not host.startswith("127.") and host != "::1":
+        return None
+    try:
+        return read_secret(admin_token_file()) or None
+    except InsecureFile as exc:
+        raise ClientError(f"not using the local admin token: {exc}") from None
 
 
 def _json_arg(text: str, flag: str) -> Any:

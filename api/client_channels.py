@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from api.client import EXIT_USAGE, ApiClient, ClientError, _client, _json_arg, _leaf, _out
+from api.client import _client, _json_arg, _leaf, _out
 from api.client_format import _more, table
+from api.client_http import EXIT_USAGE, ApiClient, ClientError
 
 EVENTS = ["run_failed", "run_dead", "run_missed", "run_overlap_skipped", "job_failing",
           "job_recovered", "job_auto_paused", "job_silent", "worker_lost"]  # fmt: skip

@@ -30,6 +30,7 @@ from api.openapi_schemas import (
     obj,
     ref,
 )
+from api.permissions import TABLE
 from supervisor import __version__
 from supervisor.core.model import RunStatus
 
@@ -320,6 +321,20 @@ PATHS.update(openapi_notify.paths(responses, param, body))
 PATHS.update(openapi_groups.paths(responses, param, body))
 
 
+METHODS = frozenset({"get", "post", "patch", "delete", "put"})
+
+
+def _with_roles(paths: J) -> J:
+    """Each operation with x-punchclock-role from the one permission table."""
+    return {
+        path: {
+            key: {**op, "x-punchclock-role": TABLE[(key.upper(), path)]} if key in METHODS else op
+            for key, op in item.items()
+        }
+        for path, item in paths.items()
+    }
+
+
 def document() -> J:
     return {
         "openapi": "3.1.0",
@@ -328,9 +343,10 @@ def document() -> J:
             "version": __version__,
             "description": "Jobs, triggers, run history and dead runs. Errors are "
             "application/problem+json (RFC 9457). Without configured tokens the API serves "
-            "loopback only, unauthenticated.",
+            "loopback only, unauthenticated. Each operation's x-punchclock-role is the least "
+            "token role it needs (read < operator < admin); read tokens get payloads withheld.",
         },
-        "paths": PATHS,
+        "paths": _with_roles(PATHS),
         "components": {
             "schemas": {**SCHEMAS, **openapi_notify.SCHEMAS, **openapi_groups.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

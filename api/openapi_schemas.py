@@ -54,6 +54,12 @@ NUM: J = {"type": "number"}
 BOOL: J = {"type": "boolean"}
 TIME: J = {"type": "string", "format": "date-time"}
 PAYLOAD: J = {"type": "object", "description": "any JSON object"}
+# Payloads may hold secrets: a read token gets null and payload_withheld true (api/permissions.py).
+SHOWN_PAYLOAD: J = null({**PAYLOAD, "description": "any JSON object; null when withheld"})
+WITHHELD: J = {
+    "type": "boolean",
+    "description": "true: the payload is withheld from this token's role (read) and is null",
+}
 ID: J = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 EVENT: J = {"type": "string", "enum": SUBSCRIBABLE}
 EVENTS: J = {"type": "array", "items": EVENT, "uniqueItems": True}
@@ -209,7 +215,8 @@ JOB = obj(
         "id": ID,
         "name": STR,
         "type": STR,
-        "payload": PAYLOAD,
+        "payload": SHOWN_PAYLOAD,
+        "payload_withheld": WITHHELD,
         "cron": null(STR),
         "run_at": null(TIME),
         "timezone": STR,
@@ -298,7 +305,10 @@ RUN_DETAIL = obj(
         "waiting_for": null(
             {**STR, "description": "the concurrency limit a due, waiting run waits for"}
         ),
-        "payload": null({**PAYLOAD, "description": "this run's payload override"}),
+        "payload": null(
+            {**PAYLOAD, "description": "this run's payload override (null: none, or withheld)"}
+        ),
+        "payload_withheld": WITHHELD,
         "history": {"type": "array", "items": ref("Attempt")},
     }
 )

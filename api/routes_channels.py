@@ -1,6 +1,8 @@
 """/v1/channels and /v1/deliveries: notification channels (create, list, show, update,
 delete, send a test event) and the deliveries of events, newest first. Writes need the
 admin role (auth.py); a channel's secret and header values are write-only: no view has them.
+Only admin sees a delivery's exact status codes, errors and timings; other roles get a coarse
+outcome (egress.coarse_error), so deliveries cannot serve as a port scanner.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor
+from api.auth import ADMIN, ROLE_KEY
 from api.params import Query, no_query, path_id, read_json
 from api.state import config, store
 from supervisor.core import channels
 from supervisor.core.channels import Channel
+from supervisor.core.egress import coarse_error, destinations
 from supervisor.core.errors import NotFound
 from supervisor.core.events import Event, validate_channel
 from supervisor.core.model import MAX_ID, utc_iso
@@ -44,7 +48,18 @@ def _iso(value: Any) -> str | None:
     return None if value is None else utc_iso(value)
 
 
-def delivery_view(row: Any, attempts: list[Any]) -> dict[str, Any]:
+def _second(value: Any) -> Any:
+    return None if value is None else value.replace(microsecond=0)
+
+
+def delivery_view(row: Any, attempts: list[Any], details: bool = True) -> dict[str, Any]:
+    """`details` (admin): exact status codes, error text and timings; otherwise a coarse
+    outcome per attempt, no status code, durations and times to the second."""
+    if details:
+        code, error, fin = row["last_status"], row["last_error"], row["finished_at"]
+    else:
+        code, error = None, coarse_error(row["last_status"], row["last_error"])
+        fin = _second(row["finished_at"])
     return {
         "id": row["id"],
         "webhook_id": f"msg_{row['id']}",
@@ -56,18 +71,20 @@ def delivery_view(row: Any, attempts: list[Any]) -> dict[str, Any]:
         "status": row["status"],
         "attempts": row["attempts"],
         "next_attempt_at": _iso(row["next_attempt_at"]) if row["status"] == "pending" else None,
-        "last_status_code": row["last_status"],
-        "last_error": row["last_error"],
+        "last_status_code": code,
+        "last_error": error,
         "created_at": _iso(row["created_at"]),
-        "finished_at": _iso(row["finished_at"]),
+        "finished_at": _iso(fin),
         "history": [
             {
                 "attempt": a["attempt"],
                 "worker_id": a["worker_id"],
-                "started_at": _iso(a["started_at"]),
-                "duration_seconds": a["duration_seconds"],
-                "status_code": a["status_code"],
-                "error": a["error"],
+                "started_at": _iso(a["started_at"] if details else _second(a["started_at"])),
+                "duration_seconds": (
+                    a["duration_seconds"] if details else float(round(a["duration_seconds"]))
+                ),
+                "status_code": a["status_code"] if details else None,
+                "error": a["error"] if details else coarse_error(a["status_code"], a["error"]),
             }
             for a in attempts
         ],
@@ -75,7 +92,7 @@ def delivery_view(row: Any, attempts: list[Any]) -> dict[str, Any]:
 
 
 def _allowed(request: web.Request) -> tuple[str, ...]:
-    return config(request).notify_allowed_hosts
+    return destinations(config(request))
 
 
 async def _channel(request: web.Request) -> Channel:
@@ -159,12 +176,13 @@ async def list_deliveries(request: web.Request) -> web.Response:
     )
     more = len(rows) > limit
     rows = rows[:limit]
+    details = request.get(ROLE_KEY) == ADMIN  # operator and read: coarse outcomes only
     by_id: dict[int, list[Any]] = {}
     for a in await n.list_delivery_attempts([r["id"] for r in rows]):
         by_id.setdefault(a["outbox_id"], []).append(a)
     return web.json_response(
         {
-            "deliveries": [delivery_view(r, by_id.get(r["id"], [])) for r in rows],
+            "deliveries": [delivery_view(r, by_id.get(r["id"], []), details) for r in rows],
             "next_cursor": cursor.encode([rows[-1]["id"]], fhash) if more else None,
         }
     )

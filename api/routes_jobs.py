@@ -10,11 +10,13 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor, views
+from api.auth import sees_payloads
 from api.params import MAX_ZONE, NO_BODY, Query, no_query, path_id, read_json
 from api.state import config, limits, store
 from supervisor.core import jobs, runs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job
+from supervisor.core.egress import destinations
 from supervisor.core.errors import InvalidSpec, NotFound
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE
 
@@ -30,7 +32,8 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
     s = store(request)
-    data = views.job_detail(job, await s.now(), await jobs.job_warnings(s, job.spec))
+    warnings = await jobs.job_warnings(s, job.spec)
+    data = views.job_detail(job, await s.now(), warnings, sees_payloads(request))
     data["notify"] = [r.view() for r in await notifications(s).job_notify(job.id)]
     return data
 
@@ -39,7 +42,7 @@ async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
 async def create_job(request: web.Request) -> web.Response:
     no_query(request)
     body = await read_json(request, config(request).api_max_body, required=True)
-    spec = jobs.validate_job(body, allowed_hosts=config(request).notify_allowed_hosts)
+    spec = jobs.validate_job(body, allowed_hosts=destinations(config(request)))
     job = await jobs.create_job(store(request), spec, limits(request))
     headers = {"Location": f"/v1/jobs/{job.id}"}
     return _json(await _detail(request, job), 201, headers)
@@ -63,7 +66,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     more = len(found) > limit
     found = found[:limit]
     next_cursor = cursor.encode([found[-1].id], fhash) if more else None
-    return _json({"jobs": [views.job(j) for j in found], "next_cursor": next_cursor})
+    payloads = sees_payloads(request)
+    return _json({"jobs": [views.job(j, payloads) for j in found], "next_cursor": next_cursor})
 
 
 @routes.get(JOB)
@@ -81,7 +85,7 @@ async def update_job(request: web.Request) -> web.Response:
     no_query(request)
     job_id = path_id(request, "job")
     body = await read_json(request, config(request).api_max_body, required=True)
-    allowed = config(request).notify_allowed_hosts
+    allowed = destinations(config(request))
     job = await jobs.update_job(store(request), job_id, body, limits(request), allowed)
     return _json(await _detail(request, job))
 
@@ -125,7 +129,7 @@ async def trigger_job(request: web.Request) -> web.Response:
     s = store(request)
     run_id, created = await jobs.trigger_job(s, job_id, payload, key)
     row, attempts = await runs.run_detail(s, run_id)
-    data = views.run_detail(row, attempts, await runs.waiting_for(s, row))
+    data = views.run_detail(row, attempts, await runs.waiting_for(s, row), sees_payloads(request))
     return _json(data, 201 if created else 200, {"Location": f"/v1/runs/{run_id}"})
 
 

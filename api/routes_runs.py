@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor, views
+from api.auth import sees_payloads
 from api.params import Query, no_query, path_id
 from api.state import store
 from supervisor.core import runs
@@ -46,7 +47,8 @@ def _filters(q: Query) -> RunFilters:
 
 async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
     row, attempts = await runs.run_detail(store(request), run_id)
-    return views.run_detail(row, attempts, await runs.waiting_for(store(request), row))
+    waiting = await runs.waiting_for(store(request), row)
+    return views.run_detail(row, attempts, waiting, sees_payloads(request))
 
 
 @routes.get("/v1/runs")

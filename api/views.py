@@ -1,5 +1,7 @@
 """JSON representations of jobs, runs, attempts and workers (the OpenAPI schemas mirror
-these): timestamps ISO-8601 in UTC with a Z offset, durations in seconds, enums lowercase."""
+these): timestamps ISO-8601 in UTC with a Z offset, durations in seconds, enums lowercase.
+A payload is shown only when `payloads` is true (permissions.can_see_payloads): otherwise it is
+null with `payload_withheld: true`."""
 
 from __future__ import annotations
 
@@ -47,13 +49,14 @@ def next_instants(sched: JobSchedule, after: datetime, count: int = 5) -> list[d
         return []
 
 
-def job(j: Job) -> dict[str, Any]:
+def job(j: Job, payloads: bool) -> dict[str, Any]:
     spec = j.spec
     return {
         "id": j.id,
         "name": spec.name,
         "type": spec.type,
-        "payload": spec.payload,
+        "payload": spec.payload if payloads else None,
+        "payload_withheld": not payloads,
         "cron": spec.cron,
         "run_at": iso(spec.run_at),
         "timezone": spec.timezone,
@@ -82,8 +85,8 @@ def job(j: Job) -> dict[str, Any]:
     }
 
 
-def job_detail(j: Job, after: datetime, warnings: list[str]) -> dict[str, Any]:
-    return {**job(j), "next": next_instants(j.spec.schedule, after), "warnings": warnings}
+def job_detail(j: Job, after: datetime, warnings: list[str], payloads: bool) -> dict[str, Any]:
+    return {**job(j, payloads), "next": next_instants(j.spec.schedule, after), "warnings": warnings}
 
 
 def backfill(job_id: int, b: Backfill, dry_run: bool) -> dict[str, Any]:
@@ -143,11 +146,14 @@ def attempt(a: Attempt) -> dict[str, Any]:
     }
 
 
-def run_detail(r: Run, attempts: list[Attempt], waiting_for: str | None) -> dict[str, Any]:
+def run_detail(
+    r: Run, attempts: list[Attempt], waiting_for: str | None, payloads: bool
+) -> dict[str, Any]:
     return {
         **run(r),
         "waiting_for": waiting_for,
-        "payload": r.payload,
+        "payload": r.payload if payloads else None,
+        "payload_withheld": not payloads,
         "history": [attempt(a) for a in attempts],
     }
 

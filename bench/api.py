@@ -19,6 +19,7 @@ import asyncpg
 
 from api import cursor
 from bench.common import (
+    AUTH,
     Context,
     ScenarioResult,
     api_url,
@@ -244,7 +245,7 @@ async def latencies(
     base: str, cases_: dict[str, dict[str, Any]], rounds: int, warmup: int
 ) -> dict[str, list[float]]:
     names = [*cases_, "POST /v1/jobs", SCRAPE, "baseline: GET /healthz"]
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=AUTH) as http:
 
         async def request(name: str, i: int) -> float:
             if name == "POST /v1/jobs":

@@ -30,6 +30,22 @@ from supervisor.local.plumbing import LoggedProcess, TemplateDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+# The benchmarks' API processes take this admin token (a fresh one per bench run).
+BENCH_TOKEN = uuid.uuid4().hex
+AUTH = {"Authorization": f"Bearer {BENCH_TOKEN}"}
+
+
+@contextlib.asynccontextmanager
+async def dashboard_session(base: str) -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client logged in to the dashboard at `base` as the bench's admin token."""
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        form = {"token": BENCH_TOKEN, "next": "/ui/"}
+        async with http.post(
+            base + "/ui/login", data=form, headers={"Origin": base}, allow_redirects=False
+        ) as resp:
+            if resp.status != 303 and resp.status != 302:
+                raise RuntimeError(f"dashboard login: HTTP {resp.status}")
+        yield http
 
 
 # ---------------------------------------------------------------- results
@@ -263,7 +279,7 @@ class Processes:
 
     def api(self, dsn: str, name: str = "api") -> Proc:
         argv = [PYTHON, "-m", "supervisor", "api", "--database-url", dsn,
-                "--listen", "127.0.0.1:0"]  # fmt: skip
+                "--listen", "127.0.0.1:0", "--api-token", f"admin:bench:{BENCH_TOKEN}"]  # fmt: skip
         return self._spawn(name, argv, None)
 
     def python(self, name: str, args: list[str]) -> Proc:

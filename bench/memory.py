@@ -14,7 +14,7 @@ import aiohttp
 import asyncpg
 import psutil
 
-from bench.common import Context, Proc, ScenarioResult, api_url, start_supervisors
+from bench.common import AUTH, Context, Proc, ScenarioResult, api_url, start_supervisors
 from bench.throughput import insert_due_runs
 from supervisor.local.plumbing import wait_until
 
@@ -102,7 +102,7 @@ async def run(ctx: Context) -> ScenarioResult:
             base = await api_url(api_proc)
             await asyncio.sleep(1.0)
             out["api_idle_mb"] = await peak_rss(api_proc, 1.0)
-            async with aiohttp.ClientSession() as http:
+            async with aiohttp.ClientSession(headers=AUTH) as http:
                 for i in range(100):
                     async with http.get(base + "/v1/runs", params={"limit": "500"}) as r:
                         await r.read()

@@ -29,13 +29,15 @@ from supervisor.compose import Services, build_services
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import DB_ERRORS, SERVER_FULL, connect, create_pool
 from supervisor.core.fleet import DUTIES, fleet
-from supervisor.core.httpd import health_routes, start_side_door
+from supervisor.core.health import Readiness, beat_readiness
+from supervisor.core.httpd import bearer_check, health_routes, start_side_door
 from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
 from supervisor.core.migrator import check_schema, migrate, pending_migrations
 from supervisor.core.store import Store
 from supervisor.executor import Executor
 from supervisor.keeper import Keeper
+from supervisor.keeperd import undumpable
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier
@@ -125,6 +127,15 @@ class Supervisor:
             backoff = min(backoff * 2, 10.0)
 
     async def run(self) -> int:
+        # First: a handler running as our uid must not read our environment (the database
+        # URL) or memory through /proc, nor ptrace us (DESIGN.md, Threat model).
+        if not undumpable():
+            log_event(
+                log,
+                "still_dumpable",
+                level=logging.WARNING,
+                detail="prctl(PR_SET_DUMPABLE) failed: handlers of this uid can read /proc",
+            )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -196,8 +207,16 @@ class Supervisor:
         side_door = None
         if cfg.metrics_listen:
             host, port = parse_listen(cfg.metrics_listen)
+            beats = sv.heartbeater
+
+            async def ready() -> Readiness:  # no query: the one connection renews leases
+                return beat_readiness(beats.beat_age(), beats.stale_after())
+
             routes = health_routes(
-                pool, cfg.ready_max_lag, metrics, local_details=sv.planner.details
+                ready,
+                metrics,
+                details=bearer_check(cfg.api_tokens),
+                local_details=sv.planner.details,
             )
             side_door = await start_side_door(host, port, routes)
         notifier = Notifier()

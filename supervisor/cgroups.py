@@ -374,7 +374,9 @@ class RunCgroup:
         made: list[str] = []
         try:
             for d in group.dirs:
-                os.mkdir(d)
+                # 0755 whatever our umask: a handler of another uid must not make sub-cgroups
+                # (the run's could not be removed); the files are ours, 0644 (DESIGN.md).
+                os.mkdir(d, 0o755)
                 made.append(d)
             group._write_limits(host)
         except OSError:

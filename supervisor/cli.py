@@ -57,7 +57,10 @@ def _config(args: argparse.Namespace, **extra: Any) -> Config:
 
 def _need_db(cfg: Config) -> str:
     if not cfg.database_url:
-        raise UsageError("no database: pass --database-url or set PUNCHCLOCK_DATABASE_URL")
+        raise UsageError(
+            "no database: set PUNCHCLOCK_DATABASE_URL_FILE (or database_url_file), "
+            "PUNCHCLOCK_DATABASE_URL or --database-url"
+        )
     return cfg.database_url
 
 
@@ -247,10 +250,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     ]
     if cfg.database_url:
         problems += _check_database(cfg.database_url, cfg.pooled)
+    for w in _security_warnings(cfg):
+        print(f"warning: {w}")
     for p in problems:
         print(f"problem: {p}")
     print("configuration ok" if not problems else f"{len(problems)} problem(s)")
     return EXIT_FAILED if problems else EXIT_OK
+
+
+def _security_warnings(cfg: Config) -> list[str]:
+    """What an insecure configuration risks (DESIGN.md, Threat model): warnings, not problems,
+    since a lab may choose them."""
+    from api import gate, permissions, tls
+    from supervisor.core import credfile, egress
+
+    checks = (gate, permissions, tls, credfile, egress)
+    return [w for m in checks for w in m.config_warnings(cfg)]
 
 
 def _check_database(dsn: str, pooled: bool) -> list[str]:
@@ -285,7 +300,11 @@ def _common(p: argparse.ArgumentParser, *, db: bool = True) -> None:
         "--config", type=Path, help="TOML config file (default /etc/punchclock/punchclock.toml)"
     )
     if db:
-        p.add_argument("--database-url", help="PostgreSQL DSN [PUNCHCLOCK_DATABASE_URL]")
+        p.add_argument(
+            "--database-url",
+            help="PostgreSQL DSN [PUNCHCLOCK_DATABASE_URL]; argv is visible to every local "
+            "user: keep a password in database_url_file [PUNCHCLOCK_DATABASE_URL_FILE]",
+        )
         p.add_argument(
             "--database-pooler",
             choices=("none", "transaction"),
@@ -294,8 +313,8 @@ def _common(p: argparse.ArgumentParser, *, db: bool = True) -> None:
         )
         p.add_argument(
             "--listen-database-url",
-            help="direct PostgreSQL DSN for LISTEN and migrations behind a pooler "
-            "[PUNCHCLOCK_LISTEN_DATABASE_URL]",
+            help="direct PostgreSQL DSN for LISTEN and migrations behind a pooler (a "
+            "password: listen_database_url_file) [PUNCHCLOCK_LISTEN_DATABASE_URL_FILE]",
         )
     p.add_argument("--log-level", help="debug, info, warning, error [PUNCHCLOCK_LOG_LEVEL]")
 
@@ -364,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-token",
         action="append",
         metavar="ROLE:TOKEN",
-        help="a bearer token, ROLE read or admin (repeatable; none: loopback only) "
-        "[PUNCHCLOCK_API_TOKENS, comma-separated]",
+        help="a bearer token, ROLE read or admin (repeatable; none: loopback only); argv is "
+        "visible to every local user: use api_tokens_file [PUNCHCLOCK_API_TOKENS_FILE]",
     )
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default 1 MiB)")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")

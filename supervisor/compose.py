@@ -214,6 +214,7 @@ def build_upkeep(
             timeout=cfg.notify_timeout,
             retry_window=cfg.notify_retry_window,
             allowed_hosts=cfg.notify_allowed_hosts,
+            allow_private=cfg.notify_allow_private,
             late_after=cfg.ready_max_lag,
             gate=duties.gate("notify"),
         ),

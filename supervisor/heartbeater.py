@@ -60,6 +60,16 @@ class Heartbeater(Loop):
         self.failures = 0
         self._beat_at: float | None = None  # monotonic, of the last beat answered
 
+    def beat_age(self) -> float | None:
+        """Seconds since the last beat the database answered (None before the first): the
+        side door's /readyz, without a query."""
+        return None if self._beat_at is None else time.monotonic() - self._beat_at
+
+    def stale_after(self) -> float:
+        """A beat older than this means the database fails this host: a lease's life, or two
+        idle beats' gap in a large fleet (an idle host beats less often)."""
+        return max(self.lease_ttl, 2 * self.idle_every())
+
     def idle_every(self) -> float:
         """Seconds between beats while this host holds no lease and no duty."""
         return max(self.interval, IDLE_BEAT_GAP * self.duties.fleet_size())

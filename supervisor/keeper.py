@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from supervisor import parentwatch
-from supervisor.keeperd import INSTANCE_ENV, READY
+from supervisor.keeperd import READY
 
 _START_TIMEOUT = 10.0
 _CLOSE_TIMEOUT = 5.0
@@ -215,9 +215,15 @@ def _dirs(cgroup: tuple[str, ...]) -> str:
     return "".join(f"\t{d}" for d in cgroup)
 
 
+# All the keeper keeps of the supervisor's environment: it runs no program and reads no
+# setting, and the supervisor's secrets (database URL, tokens) must not sit in a second
+# process's /proc/<pid>/environ. Nor keeperd.INSTANCE_ENV: it must not carry the marker it
+# kills by.
+KEEPER_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONHOME"})
+
+
 def _spawn_keeper(instance_id: str) -> subprocess.Popen[bytes]:
-    # The keeper must not carry the marker it kills by.
-    argv = [instance_id]
+    drop = tuple(name for name in os.environ if name not in KEEPER_ENV)
     return parentwatch.spawn(
-        "supervisor.keeperd", argv, drop_env=(INSTANCE_ENV,), stdout=subprocess.PIPE
+        "supervisor.keeperd", [instance_id], drop_env=drop, stdout=subprocess.PIPE
     )

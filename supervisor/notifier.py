@@ -3,9 +3,12 @@
 Every supervisor runs one. A pass claims due deliveries (SKIP LOCKED, under a lease of one
 request timeout plus slack) and sends each in its own task, so a slow receiver holds one of
 `concurrency` slots, never a database connection, and never the claimer or the completer.
-Each attempt is recorded (status code, error, duration); a non-2xx answer or a network
-error is retried with exponential backoff and jitter until `retry_window` has passed since
-the event, then the delivery is failed. Redirects are not followed.
+Each attempt is recorded (status code, error, duration). The retry rules follow Standard
+Webhooks (outbound.judge): a network error, a 5xx, 429 or 408 is retried with exponential
+backoff and jitter (never sooner than a Retry-After asks) until `retry_window` has passed
+since the event; another 3xx/4xx fails after a few attempts; 410 Gone fails and disables the
+channel (a ping URL: not sent again from here for an hour). Redirects are not followed; no
+connection reaches a refused address (outbound.py); a response body is read up to 4 KiB.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
+from supervisor import outbound
 from supervisor.core import webhooks
 from supervisor.core.channels import Delivery, Notifications
 from supervisor.core.db import DB_ERRORS
@@ -39,6 +43,8 @@ LATE_BATCH = 1000  # the oldest late runs looked at per check
 # Pings (a job's ping_url, the heartbeat) are retried this long at most: a ping that arrives
 # much later would tell an outside monitor of a life that has since ended.
 PING_RETRY_WINDOW = 600.0
+GONE_FOR = 3600.0  # a ping URL that answered 410 is not sent again from here for this long
+GONE_MAX = 10000  # ping URLs remembered as gone (the oldest forgotten first)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class WebhookNotifier(Loop):
         timeout: float,
         retry_window: float,
         allowed_hosts: tuple[str, ...] = (),
+        allow_private: bool = False,
         late_after: float = 60.0,
         interval: float = 1.0,
         concurrency: int = 16,
@@ -75,6 +82,8 @@ class WebhookNotifier(Loop):
         self.timeout = timeout
         self.retry_window = retry_window
         self.allowed_hosts = allowed_hosts
+        self.allow_private = allow_private  # notify_allow_private: loopback, private, ...
+        self._gone: dict[str, float] = {}  # ping URL -> monotonic time it answered 410
         self.late_after = late_after  # run_late unless a job says: ready_max_lag
         self.concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
@@ -90,10 +99,7 @@ class WebhookNotifier(Loop):
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                connector=aiohttp.TCPConnector(limit=self.concurrency),
-            )
+            self._session = outbound.session(self.timeout, self.concurrency, self.allow_private)
         return self._session
 
     def instrument(self, m: Metrics) -> None:
@@ -178,8 +184,8 @@ class WebhookNotifier(Loop):
         (once until the next success)."""
         return await self.n.raise_silent_jobs()
 
-    async def _send(self, d: Delivery) -> tuple[int | None, str | None]:
-        """(status code, error): error None means delivered."""
+    async def _send(self, d: Delivery) -> tuple[int | None, str | None, Any]:
+        """(status code, error, response headers): error None means delivered."""
         if d.format == "ping":  # a GET of the ping's own URL: no body, nothing to sign
             request = self.session.get(d.url, allow_redirects=False)
         else:
@@ -189,35 +195,76 @@ class WebhookNotifier(Loop):
             request = self.session.post(d.url, data=body, headers=headers, allow_redirects=False)
         try:
             async with request as resp:
-                await resp.read()
+                await outbound.read_bounded(resp)  # a hostile receiver's body stays unread
                 if 200 <= resp.status < 300:
-                    return resp.status, None
-                return resp.status, f"HTTP {resp.status}"
+                    return resp.status, None, resp.headers
+                return resp.status, f"HTTP {resp.status}", resp.headers
         except TimeoutError:
-            return None, f"timed out after {self.timeout:g} s"
+            return None, f"timed out after {self.timeout:g} s", {}
+        except aiohttp.InvalidUrlClientError as exc:  # e.g. a legacy IPv4 spelling: permanent
+            return None, f"refused: not a valid URL to send to ({exc})"[:ERROR_MAX], {}
         except aiohttp.ClientError as exc:
-            return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX]
+            refused = outbound.refused_in(exc)
+            if refused is not None:
+                return None, str(refused)[:ERROR_MAX], {}
+            return None, f"{type(exc).__name__}: {exc}"[:ERROR_MAX], {}
+
+    def _not_sent(self, d: Delivery) -> str | None:
+        """Why this delivery is failed without a request, if it is."""
+        if d.disabled is not None:
+            return f"not sent: the channel is disabled ({d.disabled}); update it to enable it"
+        gone = self._gone.get(d.url)
+        if gone is not None and time.monotonic() - gone < GONE_FOR:
+            return "not sent: this ping URL answered 410 Gone within the hour"
+        try:
+            host = URL(d.url).host or ""
+        except ValueError:
+            return "not sent: the URL is not valid"
+        # Checked again here: the allow-list may have shrunk since the URL was stored.
+        if not host_allowed(host, self.allowed_hosts):
+            return f"not sent: host {host!r} is not in notify_allowed_hosts"
+        return None
+
+    async def _stop_sending(self, d: Delivery) -> str:
+        """A 410 Gone: stop sending there (Standard Webhooks); the error to record."""
+        if d.channel_id is not None:
+            await self.n.disable_channel(d.channel_id, "its receiver answered 410 Gone")
+            log_event(self.log, "channel_disabled", level=logging.WARNING,
+                      channel=d.channel_name, reason="410 Gone")  # fmt: skip
+            return "HTTP 410: the channel is disabled (410 Gone)"
+        if len(self._gone) >= GONE_MAX:
+            del self._gone[next(iter(self._gone))]
+        self._gone[d.url] = time.monotonic()
+        return "HTTP 410: this ping URL is not sent again for an hour (410 Gone)"
 
     async def _deliver(self, d: Delivery) -> None:
         started = time.monotonic()
-        host = urlsplit(d.url).hostname or ""
-        # Checked again here: the allow-list may have shrunk since the channel was made.
-        allowed = host_allowed(host, self.allowed_hosts)
-        if allowed:
-            status, error = await self._send(d)
+        status: int | None = None
+        retry_in, wait = 0.0, 0.0
+        error = self._not_sent(d)
+        if error is not None:
+            action = "give_up"
         else:
-            status, error = None, f"host {host!r} is not in notify_allowed_hosts"
+            status, error, headers = await self._send(d)
+            verdict = outbound.judge(status, headers, d.attempts)
+            action, wait = verdict.action, verdict.wait
+            if error is not None and error.startswith("refused"):
+                action = "give_up"  # a refused destination stays refused: no retry
         duration = time.monotonic() - started
-        if error is None:
-            outcome, retry_in = "delivered", 0.0
-        else:
-            retry_in = retry_delay(d.attempts)
+        if action == "delivered":
+            outcome = "delivered"
+        elif action == "retry":
+            retry_in = max(retry_delay(d.attempts), wait)  # never sooner than Retry-After
             window = self.retry_window
             if d.format == "ping":
                 window = min(window, PING_RETRY_WINDOW)
             late = d.age_seconds + duration + retry_in > window
-            outcome = "failed" if late or not allowed else "pending"
+            outcome = "failed" if late else "pending"
+        else:
+            outcome = "failed"
         try:
+            if action == "gone":
+                error = await self._stop_sending(d)
             kept = await self.n.record_delivery(
                 d, self.owner, status, error, outcome, retry_in, duration
             )

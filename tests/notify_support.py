@@ -1,7 +1,9 @@
 """A webhook receiver for the notification tests: an aiohttp server on loopback that verifies
-every request's Standard Webhooks signature, records it, and can be told to answer 500,
-to hold requests (time out) until released, or be down. GETs under /ping/ are outbound
-pings: their paths are recorded in `pings`."""
+every request's Standard Webhooks signature, records it, and can be told to answer 500 (or
+any `status` with `answer_headers`), to hold requests (time out) until released, to stream
+an endless body, or be down. GETs under /ping/ are outbound pings: their paths are recorded
+in `pings`. It listens on 127.0.0.1, a refused destination by default: notifiers that
+deliver to it are made with allow_private=True (supervisors: ALLOW_PRIVATE_ENV)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+# What a supervisor delivering to a Receiver needs in its environment (loopback is refused).
+ALLOW_PRIVATE_ENV = {"PUNCHCLOCK_NOTIFY_ALLOW_PRIVATE": "true"}
 SECRET = "whsec_" + base64.b64encode(b"punchclock-test-secret-32-bytes!").decode()
 
 
@@ -52,7 +56,12 @@ class Receiver:
         self.secret = secret
         self.received: list[Received] = []
         self.pings: list[str] = []  # paths of the GETs under /ping/, in arrival order
-        self.mode = "ok"  # ok | fail (500) | hold (answer once released) | redirect
+        self.mode = "ok"  # ok | fail (500) | hold (answer once released) | redirect | status
+        # | endless
+        self.status = 204  # mode "status": answer this, with these headers
+        self.answer_headers: dict[str, str] = {}
+        self.streamed = 0  # mode "endless": body bytes written before the client hung up
+        self.hung_up = asyncio.Event()
         self.release = asyncio.Event()
         self.arrived = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -76,14 +85,35 @@ class Receiver:
             raise web.HTTPFound("/elsewhere")
         if self.mode == "hold":
             await self.release.wait()
+        if self.mode == "status":
+            return web.Response(status=self.status, headers=self.answer_headers)
+        if self.mode == "endless":
+            return await self._endless(request)
         return web.Response(status=204)
+
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        """200 and a body that never ends, written until the client hangs up."""
+        resp = web.StreamResponse(status=200)
+        await resp.prepare(request)
+        chunk = b"x" * 65536
+        try:
+            while True:
+                await resp.write(chunk)
+                self.streamed += len(chunk)
+        except (ConnectionError, RuntimeError):
+            self.hung_up.set()
+        return resp
 
     @property
     def ping_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/ping/check-1"
 
-    async def _ping(self, request: web.Request) -> web.Response:
+    async def _ping(self, request: web.Request) -> web.StreamResponse:
         self.pings.append(request.path)
+        if self.mode == "status":
+            return web.Response(status=self.status, headers=self.answer_headers)
+        if self.mode == "endless":
+            return await self._endless(request)
         return web.Response(status=500 if self.mode == "fail" else 200, text="OK")
 
     async def _elsewhere(self, request: web.Request) -> web.Response:

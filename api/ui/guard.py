@@ -2,8 +2,9 @@
 
 Every response gets the security headers (a CSP without inline scripts or styles). Without
 API tokens only loopback callers get in, as admin; with tokens a page needs a session (else
-the login page). A POST needs a same-origin Origin (or Referer), the session's CSRF token,
-and an admin session (login and logout excepted). Errors become HTML pages.
+the login page). A POST needs a same-origin Origin (or Referer) and the session's CSRF token.
+Every request then needs the role api/permissions.py's table names for its route, the API's
+own table (a route missing there is refused). Errors become HTML pages.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from api.auth import ADMIN, ROLE_KEY, is_loopback
+from api import permissions
+from api.auth import ACTOR_KEY, ADMIN, ROLE_KEY, is_loopback
 from api.problems import Handler
-from api.ui.session import COOKIE, SESSION_SECONDS, Session, Sessions
+from api.ui.session import COOKIE, SECURE_COOKIE, SESSION_SECONDS, Session, Sessions
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
 from supervisor.core.log import log_event
@@ -25,7 +27,7 @@ from supervisor.core.log import log_event
 log = logging.getLogger("punchclock.ui")
 PREFIX = "/ui/"
 PUBLIC = (PREFIX + "login", PREFIX + "static/")
-ANY_ROLE_POSTS = frozenset({PREFIX + "login", PREFIX + "logout"})
+LOGOUT = PREFIX + "logout"
 SESSIONS = web.AppKey("ui_sessions", Sessions)
 SESSION_KEY: Any = web.RequestKey("ui_session", Session) if hasattr(web, "RequestKey") else "ui"
 CSP = (
@@ -54,10 +56,15 @@ def is_tls(request: web.Request) -> bool:
     return request.secure or proto == "https"
 
 
+def cookie_name(request: web.Request) -> str:
+    """Over TLS the `__Secure-` name: a browser sets it only with Secure, from https."""
+    return SECURE_COOKIE if is_tls(request) else COOKIE
+
+
 def set_session(request: web.Request, response: web.StreamResponse, s: Session) -> None:
     sessions: Sessions = request.app[SESSIONS]
     response.set_cookie(
-        COOKIE,
+        cookie_name(request),
         sessions.encode(s),
         max_age=SESSION_SECONDS,
         path=PREFIX,
@@ -111,27 +118,43 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
     sessions: Sessions = request.app[SESSIONS]
     if sessions.open and (request.remote is None or not is_loopback(request.remote)):
         raise Refused(403, "Without API tokens the dashboard is served to loopback only.")
-    current = sessions.decode(request.cookies.get(COOKIE))
+    current = sessions.decode(request.cookies.get(cookie_name(request)))
     fresh = current is None
     if current is None:
-        current = sessions.new(ADMIN if sessions.open else None)
+        current = sessions.new(ADMIN, "loopback") if sessions.open else sessions.new(None)
     request[SESSION_KEY] = current
     request[ROLE_KEY] = current.role
+    request[ACTOR_KEY] = current.name
     path = request.path
     public = path.startswith(PUBLIC)
     if request.method == "POST":
         await _check_post(request, sessions, current, fresh)
     elif current.role is None and not public:
         return _to_login(request)
+    _check_role(request, current)
+    if request.method == "POST" and path == LOGOUT and current.role is not None:
+        sessions.revoke(current)  # this cookie, replayed, is refused from now on
     response = await handler(request)
+    renewed = current if fresh else sessions.touch(current)  # the idle timeout restarts
     if (
-        fresh
+        renewed is not None
         and not response.prepared
         and not path.startswith(PREFIX + "static/")
-        and COOKIE not in response.cookies
+        and cookie_name(request) not in response.cookies
     ):
-        set_session(request, response, current)
+        set_session(request, response, renewed)
     return response
+
+
+def _check_role(request: web.Request, s: Session) -> None:
+    """The permission table, as the API applies it to tokens."""
+    least = permissions.least_role(request)
+    if least is None:  # a route nobody listed: refused until it is (default deny)
+        raise Refused(403, "This page is not open to any role.")
+    if least != permissions.UNROUTED and not permissions.allows(s.role, least):
+        what = f"{request.method} {permissions.route_of(request)}"
+        name = s.name if s.name != "loopback" else None
+        raise Refused(403, permissions.refusal(s.role, name, least, what))
 
 
 def _to_login(request: web.Request) -> web.StreamResponse:
@@ -150,10 +173,8 @@ async def _check_post(request: web.Request, sessions: Sessions, s: Session, fres
     given = request.headers.get("X-CSRF-Token") or str(form.get("csrf", ""))
     if fresh or not sessions.csrf_ok(s, given):
         _refuse(request, "csrf", "The form has expired or was not sent by this dashboard.")
-    if s.role is None and request.path != PREFIX + "login":
+    if s.role is None and request.path not in (PREFIX + "login", LOGOUT):
         raise Refused(401, "Log in first.")
-    if s.role != ADMIN and request.path not in ANY_ROLE_POSTS:
-        raise Refused(403, f"The {s.role} role may only look; this needs an admin token.")
 
 
 def _refuse(request: web.Request, check: str, detail: str) -> None:

@@ -6,6 +6,7 @@ import logging
 
 from aiohttp import web
 
+from api.gate import auth_failed, throttled
 from api.ui.guard import PREFIX, SESSIONS, redirect, session, set_session
 from api.ui.site import render
 from supervisor.core.log import log_event
@@ -38,9 +39,20 @@ async def login(request: web.Request) -> web.StreamResponse:
     if sessions.open:
         return redirect(target)
     token = str(form.get("token", "")).strip()
+    if token and (wait := throttled(request)) is not None:
+        # Shared with the API's bearer failures: no guessing through either door.
+        log_event(log, "ui_login_throttled", level=logging.WARNING, remote=request.remote)
+        error = f"Too many failed logins from this address; try again in {wait} s."
+        page = render(request, "login.html", {"next": target, "error": error}, 429)
+        page.headers["Retry-After"] = str(wait)
+        return page
     opened = sessions.login(token) if token else None
     if opened is None:
-        log_event(log, "ui_login_failed", level=logging.WARNING, remote=request.remote)
+        if token:
+            auth_failed(request)
+        log_event(
+            log, "ui_login_failed", level=logging.WARNING, remote=request.remote, path=request.path
+        )
         error = "Enter an API token." if not token else "That token is not valid."
         return render(request, "login.html", {"next": target, "error": error}, 401)
     log_event(log, "ui_login", role=opened.role, remote=request.remote)

@@ -1,6 +1,8 @@
 """The deliveries page: notification deliveries newest first (what was sent, what is still
 retried, what failed), filtered by status and channel, keyset-paged by id. Read-only; the
-channels themselves are managed through the API and the CLI. No secret is ever shown."""
+channels themselves are managed through the API and the CLI. No secret is ever shown, and
+only an admin session sees a delivery's status code and error text; others see a coarse
+outcome (egress.coarse_error), as on /v1/deliveries."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from api.ui.guard import PREFIX
-from api.ui.site import render, store
+from api.ui.site import is_admin, render, store
 from supervisor.core.channels import notifications
+from supervisor.core.egress import coarse_error
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.model import MAX_ID, NAME
 
@@ -48,6 +51,15 @@ async def deliveries(request: web.Request) -> web.StreamResponse:
         )
     more = len(rows) > PAGE
     rows = rows[:PAGE]
+    if not is_admin(request):  # operator and read: no status code, no error text
+        rows = [
+            {
+                **r,
+                "last_status": None,
+                "last_error": coarse_error(r["last_status"], r["last_error"]),
+            }
+            for r in rows
+        ]
     base = [("status", s) for s in statuses] + ([("channel", channel)] if channel else [])
     next_url = None
     if more:

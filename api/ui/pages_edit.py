@@ -14,12 +14,13 @@ from zoneinfo import available_timezones
 from aiohttp import web
 
 from api.ui import preview
-from api.ui.guard import PREFIX, Refused, redirect
+from api.ui.guard import PREFIX, redirect
 from api.ui.pages_jobs import _job
-from api.ui.site import UI_CONFIG, UI_LIMITS, is_admin, render, store
+from api.ui.site import UI_CONFIG, UI_LIMITS, render, store
 from supervisor.core import jobs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job, JobSpec
+from supervisor.core.egress import destinations
 from supervisor.core.errors import Conflict, InvalidSpec
 from supervisor.core.events import destination
 from supervisor.core.model import Catchup, Overlap
@@ -202,20 +203,13 @@ async def _preview(
         return [], str(exc)
 
 
-def _admin(request: web.Request) -> None:
-    if not is_admin(request):
-        raise Refused(403, "Only an admin session can create or change jobs.")
-
-
 @routes.get("/jobs/new")
 async def new_form(request: web.Request) -> web.StreamResponse:
-    _admin(request)
     return await _form(request, None, _values(None), {})
 
 
 @routes.get(r"/jobs/{id:[0-9]{1,18}}/edit")
 async def edit_form(request: web.Request) -> web.StreamResponse:
-    _admin(request)
     job = await _job(request)
     notify = [r.view() for r in await notifications(store(request)).job_notify(job.id)]
     return await _form(request, job, _values(job.spec, notify), {})
@@ -254,7 +248,7 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
     ping = job.spec.ping_url if job else None
     values["ping_destination"] = "" if ping is None else destination(ping)  # never from the form
     limits = request.app[UI_LIMITS]
-    hosts = request.app[UI_CONFIG].notify_allowed_hosts
+    hosts = destinations(request.app[UI_CONFIG])
     if not errors:
         try:
             if job is None:

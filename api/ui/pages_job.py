@@ -1,7 +1,7 @@
 """One job: its definition, its next 20 instants (in UTC and its zone), a timeline of the
 last 7 days and the next 24 h (one mark per planned instant, coloured by outcome), the
 durations of its recent runs, its runs (keyset pages), and its actions. The payload is
-shown to admin sessions only (it may hold secrets)."""
+withheld from read sessions (permissions.can_see_payloads: it may hold secrets)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from api import cursor
+from api.auth import sees_payloads
 from api.ui import svg
 from api.ui.fmt import utc
 from api.ui.guard import PREFIX
@@ -57,7 +58,9 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "instants": instants,
         "problem": problem,
         "reason": job.pause_reason,
-        "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True),
+        "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True)
+        if sees_payloads(request)
+        else None,
         "ping_destination": destination(job.spec.ping_url) if job.spec.ping_url else None,
         "back": request.path,
         "notice": _notice(request),

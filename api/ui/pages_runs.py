@@ -7,18 +7,17 @@ rows in the same order.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp_jinja2
 from aiohttp import web
-from aiohttp_sse import EventSourceResponse, sse_response
 
 from api import cursor
+from api.auth import sees_payloads
+from api.ui import live
 from api.ui.guard import PREFIX, redirect
 from api.ui.site import common, render, store
 from supervisor.core import runs
@@ -33,8 +32,6 @@ RANGES = ("scheduled_after", "scheduled_before", "finished_after", "finished_bef
 KEPT = ("tab", "job", "status", *RANGES)
 RUN = r"/runs/{id:[0-9]{1,18}}"
 FINAL = frozenset({"succeeded", "dead", "cancelled", "skipped"})
-LIVE_POLL = 1.0
-LIVE_FOR = 600.0
 DONE = {
     "cancelled": "Cancelled run #{run}.",
     "requeued": "Requeued run #{run}: it is due now.",
@@ -117,18 +114,25 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
 
 
 async def _run_context(request: web.Request, run_id: int) -> dict[str, Any]:
-    s = store(request)
-    row, attempts = await runs.run_detail(s, run_id)
+    return _view(request, await live.fetch_run(store(request), run_id))
+
+
+def _view(request: web.Request, state: live.RunState) -> dict[str, Any]:
+    """What this viewer may see of a run as read (the live stream shares one read between
+    viewers of every role: what depends on the viewer belongs here)."""
+    row = state.run
+    if not sees_payloads(request):  # not even in the template's context
+        row = replace(row, payload=None)
     status = str(row.status)
     return {
         "run": row,
         "status": status,
-        "attempts": list(reversed(attempts)),
-        "now": await s.now(),
+        "attempts": list(reversed(state.attempts)),
+        "now": state.now,
         "can_cancel": status in ("scheduled", "failed", "running"),
         "can_requeue": status in runs.REQUEUEABLE,
-        "live": status not in FINAL,
-        "waiting_for": await runs.waiting_for(s, row),
+        "live": state.live,
+        "waiting_for": state.waiting_for,
     }
 
 
@@ -141,41 +145,17 @@ async def run_detail(request: web.Request) -> web.StreamResponse:
 
 @routes.get(RUN + "/live")
 async def run_live(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: the run's live part (run_body.html) whenever it changes, checked
-    once a second (every second while it runs: the elapsed time moves), then `done` once
-    the run is final. A stream ends after LIVE_FOR; the browser reconnects."""
+    """Server-sent events: the run's live part (run_body.html) whenever it changes, then
+    `done` once the run is final; one poller per run serves every viewer, streams are
+    capped per session and per process (live.py)."""
     run_id = int(request.match_info["id"])
     await runs.run_detail(store(request), run_id)  # 404 before the stream starts
-    # A viewer who closed the page ends its stream: not an error.
-    with contextlib.suppress(ConnectionResetError):
-        async with sse_response(request, ping_interval=15) as stream:
-            await _stream(request, run_id, stream)
-    return stream
 
+    def html(state: live.RunState) -> str:
+        context = {**common(request), **_view(request, state)}
+        return aiohttp_jinja2.render_string("run_body.html", request, context)
 
-async def _stream(request: web.Request, run_id: int, stream: EventSourceResponse) -> None:
-    seen: Any = None
-    deadline = time.monotonic() + LIVE_FOR
-    while time.monotonic() < deadline:
-        context = await _run_context(request, run_id)
-        run, attempts = context["run"], context["attempts"]
-        version = (
-            run.status,
-            run.attempts,
-            run.finished_at,
-            len(attempts),
-            context["now"].replace(microsecond=0) if run.status == "running" else None,
-        )
-        if version != seen:
-            seen = version
-            html = aiohttp_jinja2.render_string(
-                "run_body.html", request, {**common(request), **context}
-            )
-            await stream.send(html, event="run")
-        if not context["live"]:
-            await stream.send("final", event="done")
-            return
-        await asyncio.sleep(LIVE_POLL)  # the poll interval of this stream
+    return await live.stream(request, run_id, html)
 
 
 def _notice(request: web.Request, run_id: int) -> str | None:

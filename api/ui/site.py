@@ -16,8 +16,9 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from api.auth import ADMIN, Tokens
-from api.ui import fmt
+from api import permissions
+from api.auth import ADMIN, OPERATOR, Tokens
+from api.ui import fmt, live
 from api.ui.guard import PREFIX, SESSION_KEY, SESSIONS, gate, session
 from api.ui.session import Session, Sessions
 from supervisor.core.config import Config
@@ -47,9 +48,11 @@ def create_ui(cfg: Config, store: Store, limits: PlanLimits | None = None) -> we
     )
 
     app = web.Application(middlewares=[gate(render_error)])
-    app[SESSIONS] = Sessions(Tokens.parse(cfg.api_tokens), cfg.database_url)
+    tokens = Tokens.parse(cfg.api_tokens)
+    app[SESSIONS] = Sessions(tokens, cfg.session_secret, cfg.session_idle_timeout)
     app[DASH] = Dashboard.over(store)
     app[UI_STORE] = store
+    app[live.HUB] = live.Hub(store)  # the run pages' live streams
     app[pages_overview.SNAPSHOT] = pages_overview.day_snapshot()
     app[pages_jobs.LAST] = pages_jobs.last_snapshot()
     app[UI_CONFIG] = cfg
@@ -91,6 +94,11 @@ def is_admin(request: web.Request) -> bool:
     return session(request).role == ADMIN
 
 
+def may(request: web.Request, method: str, route: str) -> bool:
+    """permissions.TABLE for this session: pages show a control only when it would work."""
+    return permissions.can(session(request).role, method, route)
+
+
 def render(
     request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
 ) -> web.Response:
@@ -107,7 +115,10 @@ def common(request: web.Request) -> dict[str, Any]:
     return {
         "prefix": PREFIX,
         "role": role,
-        "admin": role == ADMIN,
+        "actor": s.name if s else None,
+        "admin": role == ADMIN,  # may create, edit and delete (jobs)
+        "operator": permissions.allows(role, OPERATOR),  # may trigger, pause, cancel, requeue...
+        "see_payloads": permissions.can_see_payloads(role),
         "open_mode": sessions.open,
         "csrf": sessions.csrf(s) if s else "",
         "path": request.path,

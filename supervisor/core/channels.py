@@ -60,6 +60,7 @@ class Delivery:
     format: str
     secret: str | None
     headers: dict[str, str]
+    disabled: str | None  # why the channel was disabled (a 410 Gone): not sent
 
     @classmethod
     def from_row(cls, row: Record) -> Delivery:
@@ -137,6 +138,10 @@ class Notifications(Queries):
         """Record one attempt; False when the lease was lost (another notifier has it)."""
         args = (d.id, d.attempts, owner, status_code, error, outcome, retry_in, duration)
         return bool(await self._fetchval("record_delivery", *args))
+
+    async def disable_channel(self, channel_id: int, reason: str) -> None:
+        """Stop sending to a channel (its receiver answered 410 Gone); a PATCH enables it."""
+        await self._execute("disable_channel", channel_id, reason)
 
     async def raise_late_runs(self, older_than: float, limit: int) -> int:
         """run_late events written (0 when every late run was told already)."""

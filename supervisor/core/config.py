@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from supervisor.core.credfile import apply_files
+from supervisor.core.tokenspec import parse_tokens
+
 DEFAULT_CONFIG_FILE = Path("/etc/punchclock/punchclock.toml")
 
 
@@ -33,6 +36,11 @@ def _setting(default: Any, help: str, **kw: Any) -> Any:
 @dataclass(frozen=True)
 class Config:
     database_url: str = _setting("", "PostgreSQL DSN (postgresql://user:pass@host:port/db)")
+    database_url_file: str = _setting(
+        "",
+        "a file holding database_url (mode 0600, or $CREDENTIALS_DIRECTORY/NAME from systemd's "
+        "LoadCredential=): keeps the password off argv and out of env files",
+    )
     database_pooler: str = _setting(
         "none",
         "what database_url reaches: none (PostgreSQL, or a session pooler) or transaction "
@@ -42,6 +50,9 @@ class Config:
         "",
         "a direct PostgreSQL DSN for LISTEN and migrations (empty: database_url, unless it "
         "is a transaction pooler; then the supervisor polls)",
+    )
+    listen_database_url_file: str = _setting(
+        "", "a file holding listen_database_url (as database_url_file)"
     )
     pool_size: int = _setting(1, "connections to database_url for this supervisor's queries")
     handlers: tuple[str, ...] = _setting((), "handler TOML files or directories (repeatable)")
@@ -73,8 +84,42 @@ class Config:
         "", "[host:]port for /metrics and /readyz, unauthenticated (no host: 127.0.0.1; empty: off)"
     )
     api_listen: str = _setting("127.0.0.1:8080", "host:port the API listens on")
+    tls_cert: str = _setting(
+        "", "PEM certificate (chain) the API serves HTTPS with; give tls_key too (empty: HTTP)"
+    )
+    tls_key: str = _setting("", "PEM private key of tls_cert (a file only its user can read)")
+    behind_proxy: bool = _setting(
+        False,
+        "a TLS-terminating proxy fronts the API: allows a non-loopback api_listen without "
+        "tls_cert (the proxy must reach it over a private network)",
+    )
+    api_allowed_hosts: tuple[str, ...] = _setting(
+        (),
+        "more Host names the API and dashboard answer to, besides loopback and api_listen's "
+        "host (.example.com: and subdomains; a wildcard api_listen without any: every name)",
+    )
+    api_auth_throttle: int = _setting(
+        10,
+        "failed bearer tokens and dashboard logins a client address may make per minute "
+        "before it gets 429 for the rest of that minute (0: no limit)",
+    )
     api_tokens: tuple[str, ...] = _setting(
-        (), "API bearer tokens as ROLE:TOKEN, ROLE is read or admin (repeatable)"
+        (),
+        "API bearer tokens as ROLE:NAME:TOKEN (ROLE read, operator or admin; NAME shows in "
+        "logs; ROLE:TOKEN is named ROLE-<digest>) (repeatable)",
+    )
+    api_tokens_file: str = _setting(
+        "",
+        "a file holding api_tokens, one per line or comma separated (mode 0600, or "
+        "$CREDENTIALS_DIRECTORY/NAME from systemd's LoadCredential=)",
+    )
+    session_secret: str = _setting(
+        "",
+        "key that signs dashboard sessions, at least 32 characters (empty: random per API "
+        "process: sessions end when it restarts and other processes refuse them)",
+    )
+    session_idle_timeout: float = _setting(
+        3600.0, "seconds a dashboard session lasts unused (each use extends it; 12 h at most)"
     )
     api_max_body: int = _setting(1048576, "largest request body the API accepts (bytes)")
     ready_max_lag: float = _setting(60.0, "/readyz fails when a due run waited longer (seconds)")
@@ -91,6 +136,11 @@ class Config:
     )
     notify_allowed_hosts: tuple[str, ...] = _setting(
         (), "hosts notification channels may send to (.example.com: and subdomains; empty: any)"
+    )
+    notify_allow_private: bool = _setting(
+        False,
+        "notification channels, ping URLs and the heartbeat may reach loopback, private and "
+        "link-local addresses (cloud metadata addresses stay refused)",
     )
     notify_retry_window: float = _setting(
         86400.0, "seconds a notification delivery is retried before it is marked failed"
@@ -140,6 +190,14 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError("expected a list of strings")
             return tuple(value)
+        if kind == "bool":
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("false", "0", "no", "off", ""):
+                return False
+            if not isinstance(value, bool):
+                raise ValueError("expected true or false")
+            return value
         if kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError("expected a whole number")
@@ -179,6 +237,8 @@ def _validate(cfg: Config) -> None:
         problems.append(
             f"database_pooler: must be none or transaction, not {cfg.database_pooler!r}"
         )
+    if cfg.api_auth_throttle < 0:
+        problems.append("api_auth_throttle: must not be negative (0: no limit)")
     if cfg.plan_max_runs < 1:
         problems.append("plan_max_runs: must be at least 1")
     if cfg.output_limit < 0:
@@ -189,22 +249,27 @@ def _validate(cfg: Config) -> None:
         problems.append(f"log_runs: must be failures or all, not {cfg.log_runs!r}")
     if cfg.log_level.lower() not in {"debug", "info", "warning", "error"}:
         problems.append(f"log_level: must be debug, info, warning or error, not {cfg.log_level!r}")
-    for tok in cfg.api_tokens:
-        role, _, secret = tok.partition(":")
-        if role not in {"read", "admin"} or len(secret) < 16:
-            problems.append(
-                "api_tokens: each entry is read:TOKEN or admin:TOKEN, TOKEN >= 16 chars"
-            )
-            break
+    try:
+        parse_tokens(cfg.api_tokens)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if cfg.session_secret and len(cfg.session_secret) < 32:
+        problems.append("session_secret: must be at least 32 characters (or empty: random)")
+    if cfg.session_idle_timeout <= 0:
+        problems.append("session_idle_timeout: must be greater than 0")
+    if bool(cfg.tls_cert) != bool(cfg.tls_key):
+        have, missing = ("tls_cert", "tls_key") if cfg.tls_cert else ("tls_key", "tls_cert")
+        problems.append(f"{missing}: required with {have} (give both, or neither for HTTP)")
     for name in ("metrics_listen", "api_listen"):
         value = getattr(cfg, name)
         if value and not _valid_listen(value):
             problems.append(f"{name}: expected [HOST:]PORT, got {value!r}")
     if cfg.heartbeat_ping_url:
+        from supervisor.core.egress import destinations
         from supervisor.core.events import check_url
 
         bad: list[Any] = []
-        check_url(bad, cfg.heartbeat_ping_url, cfg.notify_allowed_hosts, "heartbeat_ping_url")
+        check_url(bad, cfg.heartbeat_ping_url, destinations(cfg), "heartbeat_ping_url")
         problems += [str(e) for e in bad]
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
@@ -253,6 +318,10 @@ def load(
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
+    try:
+        values = apply_files(values, environ)
+    except ValueError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
     cfg = replace(Config(), **values)
     _validate(cfg)
     if problems := dsn_problems(cfg.database_url, environ) + dsn_problems(

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit
 
+from supervisor.core import egress
+from supervisor.core.egress import url_problem
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.model import NAME, NAME_RULE
 
@@ -135,24 +136,19 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
 def check_url(
     errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...], field: str = "url"
 ) -> str | None:
-    """An http(s) URL whose host the allow-list admits (a channel's, a ping's)."""
+    """An http(s) URL (a channel's, a ping's, the heartbeat's), parsed with yarl as aiohttp
+    sends it: no refused address literal unless `allowed` (egress.Destinations) allows
+    private ones, and a host the allow-list admits (egress.url_problem for the rules)."""
     if not isinstance(value, str) or len(value) > 2000:
         errors.append(InvalidSpec(field, "must be an http or https URL of at most 2000 characters"))
         return None
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises on a malformed port
-    except ValueError:
-        errors.append(InvalidSpec(field, "is not a valid URL"))
+    url, problem = url_problem(value, allowed)
+    if url is None:
+        errors.append(InvalidSpec(field, problem or "is not a valid URL"))
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        errors.append(InvalidSpec(field, "must be an http or https URL with a host"))
-        return None
-    if any(c.isspace() or ord(c) < 32 for c in value):
-        errors.append(InvalidSpec(field, "must not contain spaces or control characters"))
-        return None
-    if not host_allowed(parts.hostname, allowed):
-        errors.append(InvalidSpec(field, f"host {parts.hostname!r} is not in notify_allowed_hosts"))
+    host = url.host or ""
+    if not host_allowed(host, allowed):
+        errors.append(InvalidSpec(field, f"host {host!r} is not in notify_allowed_hosts"))
         return None
     return value
 
@@ -160,7 +156,7 @@ def check_url(
 def check_ping_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ...]) -> str | None:
     """A job's ping_url: /start and /fail are appended to its path, so no query or fragment."""
     url = check_url(errors, value, allowed, "ping_url")
-    if url is not None and (urlsplit(url).query or urlsplit(url).fragment or "#" in url):
+    if url is not None and ("?" in url or "#" in url):
         errors.append(
             InvalidSpec(
                 "ping_url", "must not have a query or fragment (/start and /fail are appended)"
@@ -172,9 +168,7 @@ def check_ping_url(errors: list[InvalidSpec], value: Any, allowed: tuple[str, ..
 
 def destination(url: str) -> str:
     """Scheme, host and port only: a URL's path and query may hold a token (Slack's do)."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
+    return egress.destination(url)
 
 
 def check_secret(errors: list[InvalidSpec], value: Any) -> str | None:

@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 _FIELDS = "punchclock_fields"
+# What a terminal would act on rather than show: C0 controls but tab and newline (ESC starts
+# CSI and OSC sequences: cursor moves, clearing, the title, OSC 52 writes the clipboard), DEL,
+# C1 controls (0x9b is a one-byte CSI), and the bidi overrides that reorder a line.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character a terminal would act on shown as an escape (`\\x1b`):
+    for text a handler controls (its output, its errors) on its way to an operator's
+    terminal."""
+    return _UNSAFE.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if m[0] < "\u0100" else f"\\u{ord(m[0]):04x}", text
+    )
 
 
 def log_event(
@@ -44,11 +58,12 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = datetime.fromtimestamp(record.created).strftime("%H:%M:%S.%f")[:-3]
         fields = getattr(record, _FIELDS, {})
-        kv = " ".join(f"{k}={v}" for k, v in fields.items())
+        # A value's own lines are indented: none can pass for an event line of its own.
+        kv = " ".join(f"{k}={v}".replace("\n", "\n    ") for k, v in fields.items())
         text = f"{ts} {record.levelname:<7} {record.getMessage()} {kv}".rstrip()
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
-        return text
+        return terminal_safe(text)  # JSON lines need nothing: json.dumps escapes them all
 
 
 def setup_logging(

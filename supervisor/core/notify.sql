@@ -10,8 +10,10 @@ VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text[], $7::bool)
 RETURNING *;
 
 -- name: update_channel
+-- Any update enables a channel disabled by a 410 Gone (the admin has looked at it).
 UPDATE channels SET name = $2::text, url = $3::text, format = $4::text, secret = $5::text,
-    headers = $6::jsonb, all_jobs = $7::text[], include_payload = $8::bool, updated_at = now()
+    headers = $6::jsonb, all_jobs = $7::text[], include_payload = $8::bool, updated_at = now(),
+    disabled_at = NULL, disabled_reason = NULL
 WHERE id = $1::bigint
 RETURNING *;
 
@@ -91,7 +93,8 @@ SELECT d.id, d.channel_id, d.event,
        d.created_at, d.attempts,
        EXTRACT(EPOCH FROM (now() - d.created_at))::float8 AS age_seconds,
        coalesce(c.name, 'ping') AS channel_name, coalesce(d.url, c.url) AS url,
-       coalesce(c.format, 'ping') AS format, c.secret, coalesce(c.headers, '{}') AS headers
+       coalesce(c.format, 'ping') AS format, c.secret, coalesce(c.headers, '{}') AS headers,
+       c.disabled_reason AS disabled
 FROM claimed d LEFT JOIN channels c ON c.id = d.channel_id
 WHERE d.channel_id IS NULL OR c.id IS NOT NULL
 ORDER BY d.id;
@@ -120,6 +123,10 @@ WITH moved AS (
     ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM moved;
+
+-- name: disable_channel
+-- Its receiver answered 410 Gone (Standard Webhooks: stop sending); update_channel enables it.
+UPDATE channels SET disabled_at = now(), disabled_reason = $2::text WHERE id = $1::bigint;
 
 -- name: raise_late_runs
 -- run_late: due runs that waited longer than their job's late_after_seconds (NULL: $1, the

@@ -66,7 +66,15 @@ def body(fmt: str, msg_id: str, event: str, created_at: datetime, data: dict[str
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def slack_escape(text: Any) -> str:
+    """Slack mrkdwn control characters as entities: `<!channel>` or `<http://x|click>` from a
+    handler renders as text, never as a mention or a link (Slack's own escaping rule)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_text(event: str, data: dict[str, Any]) -> str:
+    """The message: every value from the event (job name, error, reason) escaped, and a
+    run's error (the handler's stderr tail) in a code block, where `*`/`_` do nothing."""
     job = data.get("job") or {}
     run = data.get("run") or {}
     what = {
@@ -83,10 +91,18 @@ def slack_text(event: str, data: dict[str, Any]) -> str:
         "test": "test notification",
     }.get(event, event)
     fields = {**run, **data, "attempt": run.get("attempt"), "streak": data.get("streak")}
-    text = what.format_map(_Missing(fields))
-    subject = f"*{job['name']}*: " if job.get("name") else ""
-    detail = f" (run {run['id']}, scheduled {run.get('scheduled_at')})" if run.get("id") else ""
-    error = f"\n> {run['error'][:500]}" if run.get("error") else ""
+    text = what.format_map(_Missing({k: slack_escape(v) for k, v in fields.items()}))
+    subject = f"*{slack_escape(job['name'])}*: " if job.get("name") else ""
+    detail = ""
+    if run.get("id"):
+        detail = (
+            f" (run {slack_escape(run['id'])}, scheduled {slack_escape(run.get('scheduled_at'))})"
+        )
+    error = ""
+    if run.get("error"):
+        # ``` inside would end the block early: backticks become U+02CB, a look-alike.
+        quoted = slack_escape(str(run["error"])[:500]).replace("`", "\u02cb")
+        error = f"\n```{quoted}```"
     return f":rotating_light: punchclock {subject}{text}{detail}{error}"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from supervisor import parentwatch
+from supervisor.core.secretfile import load_or_create
 from supervisor.local.pgbin import (
     IncompatibleDataDir,
     PgServerError,
@@ -249,20 +250,19 @@ class LocalPostgres:
         probe = ["test", "-x", str(self.data_dir.parent)]  # as the user: every ancestor counts
         if subprocess.run(probe, check=False, timeout=10, **_as_user(self._user)).returncode:
             raise PgServerError(
-                f"user {self._user!r} cannot reach {self.data_dir.parent}: as root, put the data "
-                "directory under a world-traversable path such as /var/tmp or /var/lib"
+                f"user {self._user!r} cannot reach {self.data_dir.parent}: as root, choose a "
+                "data directory whose parents it may traverse but not write (chmod 711), such "
+                "as the default /var/lib/punchclock/pg"
             )
 
     def _load_password(self) -> str:
-        if self._password_file.exists():
-            return self._password_file.read_text().strip()
-        if self.data_dir.exists():
+        # As OpenSSH checks a key: a planted (other owner, symlink) or exposed file is refused
+        # (secretfile.InsecureFile), never used. The parent may be traversable (root's server
+        # user must reach the cluster) but not writable by others.
+        if self.data_dir.exists() and not os.path.lexists(self._password_file):
             raise PgServerError(f"{self._password_file} is missing; remove {self.data_dir}")
-        password = secrets.token_urlsafe(24)  # URL-safe: the DSN needs no quoting
-        fd = os.open(self._password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(password + "\n")
-        return password
+        new = lambda: secrets.token_urlsafe(24)  # noqa: E731 - URL-safe: the DSN needs no quoting
+        return load_or_create(self._password_file, new, private_dir=False)
 
     def _stop_stale(self, bindir: Path, deadline: float) -> None:
         # We hold the lock, so no live launcher or watchdog owns a postmaster found here: it is

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from supervisor.core.db import connect
 from supervisor.core.errors import PunchclockError
 from supervisor.core.migrator import migrate
 from supervisor.core.planning import PlanLimits
+from supervisor.core.secretfile import ensure_dir, generated_admin_token, state_dir
 from supervisor.core.store import Store
 from supervisor.local.plumbing import WaitTimeout, wait_until_blocking
 from supervisor.local.watchdog import watch_line
@@ -69,22 +69,6 @@ def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, env=env, start_new_session=True)
 
 
-def _token_file(data_dir: Path | None) -> Path:
-    base = data_dir.parent if data_dir else Path.home() / ".config" / "punchclock"
-    return base / "admin-token"
-
-
-def _admin_token(path: Path) -> str:
-    if path.exists():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
-
-
 class DatabaseUnreachable(PunchclockError):
     """`up` could not connect to its database (refused, unknown database, bad password)."""
 
@@ -120,14 +104,20 @@ async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
 
 
 def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> int:
-    """Raises PgServerError (the CLI prints it) when the embedded server cannot start."""
-    from supervisor.local.pgbin import IncompatibleDataDir, default_data_dir
+    """Raises PgServerError (the CLI prints it) when the embedded server cannot start, and
+    InsecureFile when the state directory or a secret in it could have been planted.
+
+    Everything `up` keeps (the admin token; by default the embedded cluster and its password
+    file) is in this user's state directory (secretfile.state_dir), checked before use."""
+    from supervisor.local.pgbin import IncompatibleDataDir
     from supervisor.local.pgserver import LocalPostgres
 
+    # Before anything else: the API child finds the same token there (no secret in its env).
+    token_file = None if cfg.api_tokens else generated_admin_token()[0]
     server = None
     dsn = cfg.database_url
     if not dsn:
-        data_dir = data_dir or default_data_dir()
+        data_dir = data_dir or ensure_dir(state_dir()) / "pg"
         print(f"starting embedded PostgreSQL in {data_dir} ...", flush=True)
         server = LocalPostgres(data_dir, persistent=True)
         try:
@@ -138,22 +128,20 @@ def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> i
         host, port = parse_listen(cfg.api_listen)
         api = f"{host}:{port}"
         created = asyncio.run(_prepare(dsn, api, demo))
-        token = _admin_token(_token_file(data_dir))
-        return _run_children(cfg, dsn, api, token, created)
+        # Configured api_tokens win (the API child reads the same configuration); else the API
+        # child serves the generated token, reading it from token_file itself.
+        return _run_children(cfg, dsn, api, token_file, created)
     finally:
         if server is not None:
             server.stop()
             print("embedded PostgreSQL stopped", flush=True)
 
 
-def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str]) -> int:
+def _run_children(
+    cfg: Config, dsn: str, api: str, token_file: Path | None, created: list[str]
+) -> int:
     handlers = list(cfg.handlers) or [str(resources.files("handlers"))]
-    env = {
-        **os.environ,
-        "PUNCHCLOCK_DATABASE_URL": dsn,
-        "PUNCHCLOCK_API_TOKENS": f"admin:{token}",
-        "PUNCHCLOCK_API_LISTEN": api,
-    }
+    env = {**os.environ, "PUNCHCLOCK_DATABASE_URL": dsn, "PUNCHCLOCK_API_LISTEN": api}
     base = [sys.executable, "-m", "supervisor"]
     supervise = [*base, "supervise", *[a for h in handlers for a in ("--handlers", h)]]
     if cfg.metrics_listen:
@@ -183,7 +171,7 @@ def _run_children(cfg: Config, dsn: str, api: str, token: str, created: list[str
         _wait_listening(api, api_proc, lambda: bool(stop["signal"]))
         if not stop["signal"] and api_proc.poll() is None:
             start("supervisor", supervise)
-            _banner(api, token, created, handlers)
+            _banner(api, token_file, created, handlers)
         failed = None
         while not stop["signal"] and failed is None:
             failed = next((n for n, p in children.items() if p.poll() is not None), None)
@@ -235,20 +223,23 @@ def _close(watchdog: subprocess.Popen[bytes]) -> None:
         watchdog.wait(1)
 
 
-def _banner(api: str, token: str, created: list[str], handlers: list[str]) -> None:
+def _banner(api: str, token_file: Path | None, created: list[str], handlers: list[str]) -> None:
+    # The file, not the token: scrollback and captured output are not secret stores.
+    where = f"in {token_file}" if token_file else "one of your api_tokens"
+    token = f"$(cat {token_file})" if token_file else "$TOKEN"
     print(
         f"""
 punchclock is up.
-  dashboard    http://{api}/ui/            (log in with the admin token below)
+  dashboard    http://{api}/ui/            (log in with the admin token)
   API          http://{api}/v1/jobs        (OpenAPI: http://{api}/openapi.json)
   metrics      http://{api}/metrics        readiness: http://{api}/readyz
-  admin token  {token}
+  admin token  {where}
   handlers     {", ".join(handlers)}
   demo jobs    {", ".join(created) or "(already present)"}
 
 Try:
-  curl -s -H 'Authorization: Bearer {token}' http://{api}/v1/runs?limit=5
-  punchclock runs list --api-url http://{api} --api-token {token}
+  curl -s -H "Authorization: Bearer {token}" http://{api}/v1/runs?limit=5
+  punchclock runs list --api-url http://{api}
 
 Ctrl-C stops everything.
 """,

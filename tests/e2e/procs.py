@@ -34,7 +34,7 @@ from supervisor.local.pgbin import _as_user, _server_user, find_bindir
 from supervisor.local.pgserver import LocalPostgres
 from supervisor.local.plumbing import LoggedProcess
 
-from ..api_support import http
+from ..api_support import TOKENS, http
 from ..helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,10 +156,10 @@ class Cluster:
         return self._spawn(worker_id, argv, log_path, env)
 
     def start_api(self, port: int, *, dsn: str | None = None) -> Supervisor:
-        """Start the API process on 127.0.0.1:`port` (no tokens: loopback only); its log and
-        its exit are handled like a supervisor's (worker id "api")."""
+        """Start the API process on 127.0.0.1:`port` with api_support's tokens (callers send
+        ADMIN); its log and its exit are handled like a supervisor's (worker id "api")."""
         argv = [sys.executable, "-m", "supervisor", "api", "--database-url", dsn or self.dsn]
-        argv += ["--listen", f"127.0.0.1:{port}"]
+        argv += ["--listen", f"127.0.0.1:{port}", "--api-token", TOKENS[0]]
         return self._spawn("api", argv, self.tmp_path / "api.log")
 
     def _spawn(

@@ -36,6 +36,7 @@ from supervisor.core.migrator import migrate
 from supervisor.core.store import Store
 from supervisor.local.pgserver import SUPERUSER, LocalPostgres
 
+from ..api_support import ADMIN
 from ..factory import job_runs
 from ..helpers import job, wait_for
 from .procs import Cluster, Supervisor, free_port
@@ -268,7 +269,8 @@ async def _probe_api(base: str, job_id: int, stop: asyncio.Event) -> list[tuple[
     (time, status; 0 when no answer)."""
     seen: list[tuple[float, int]] = []
     timeout = aiohttp.ClientTimeout(total=5)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    async with aiohttp.ClientSession(timeout=timeout, headers=auth) as http:
         for n in itertools.count():
             if stop.is_set():
                 break

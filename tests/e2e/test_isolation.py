@@ -120,8 +120,9 @@ env_files = ["{tmp_path / "missing.env"}"]
     assert names - SHELL_ADDS <= allowed, names - SHELL_ADDS - allowed
     assert "PC_ISO_FAKE_SECRET" not in names
 
-    # Without `user` the child runs as the supervisor: its environment is clean too, but
-    # /proc/<supervisor>/environ is readable (README says so and recommends `user`).
+    # Without `user` the child runs as the supervisor: its environment is clean too, but a
+    # root supervisor's child is root (CAP_SYS_PTRACE): it reads /proc/<supervisor>/environ
+    # although the supervisor is non-dumpable (test_confine.py: an unprivileged one's cannot).
     [s] = await attempts(store, same)
     assert secret not in s["stdout_tail"] and "PC_ISO_PASSED" not in s["stdout_tail"]
     assert _lines(s["stdout_tail"])["environ"] == "readable"

@@ -15,7 +15,7 @@ from supervisor.core.store import Store
 
 from ..factory import count, sql, sql_rows, sql_value
 from ..helpers import wait_for
-from ..notify_support import SECRET, Receiver
+from ..notify_support import ALLOW_PRIVATE_ENV, SECRET, Receiver
 from .procs import Cluster
 
 WORKERS = ["n1", "n2", "n3"]
@@ -30,7 +30,7 @@ async def test_each_event_is_delivered_once_when_a_notifier_is_killed_mid_delive
         receiver.mode = "hold"
         spec = ChannelSpec(name="ops", url=receiver.url, secret=SECRET)
         channel = (await channels.create_channel(store, spec)).id
-        sups = {w: cluster.start(w, ["append"]) for w in WORKERS}
+        sups = {w: cluster.start(w, ["append"], env=ALLOW_PRIVATE_ENV) for w in WORKERS}
         for s in sups.values():
             await s.wait_event("supervisor_started", timeout=20)
         first = await channels.test_channel(store, channel)

@@ -6,6 +6,7 @@ import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -16,6 +17,7 @@ from api.observe import observability_routes
 from supervisor.core.metrics import Metrics
 from supervisor.core.store import Store
 
+from ..api_support import READER, TOKENS
 from ..factory import count, run_row, set_run
 from ..helpers import wait_for
 from .procs import Cluster, free_port
@@ -44,7 +46,7 @@ def sample(text: str, name: str, **labels: str) -> float:
 async def api_url(pool: asyncpg.Pool) -> AsyncIterator[str]:
     """The API's observability routes, served in-process on a free port."""
     app = web.Application()
-    app.add_routes(observability_routes(pool, 1.0, Metrics("api")))
+    app.add_routes(observability_routes(pool, 1.0, Metrics("api"), TOKENS))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = free_port()
@@ -136,9 +138,15 @@ async def test_readyz_names_late_runs_until_a_supervisor_catches_up(
         two_minutes_ago = await store.now() - timedelta(minutes=2)
         for run_id in ids:
             await set_run(store, run_id, run_after=two_minutes_ago)
-        async with http.get(f"{api_url}/readyz") as resp:
-            assert resp.status == 503
-            body = await resp.json()
+        auth = {"Authorization": f"Bearer {READER}"}  # the details need a token
+
+        async def unready() -> bool:  # readiness is cached for a second
+            async with http.get(f"{api_url}/readyz", headers=auth) as resp:
+                body.update(await resp.json())
+                return resp.status == 503
+
+        body: dict[str, Any] = {}
+        await wait_for(unready, 10, "/readyz to turn 503")
         assert body["reason"] == "late_runs"
         late = {r["run_id"]: r for r in body["late_runs"]}
         assert set(late) == set(ids)

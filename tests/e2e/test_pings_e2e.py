@@ -9,7 +9,7 @@ from pathlib import Path
 from supervisor.core.store import Store
 
 from ..helpers import wait_for
-from ..notify_support import Receiver
+from ..notify_support import ALLOW_PRIVATE_ENV, Receiver
 from .procs import Cluster
 from .scenario import create_runs, status_is
 
@@ -21,7 +21,7 @@ async def test_a_supervisor_pings_start_success_fail_and_the_heartbeat(
     await receiver.start()
     try:
         base = f"http://127.0.0.1:{receiver.port}/ping"
-        env = {"PUNCHCLOCK_HEARTBEAT_PING_URL": f"{base}/heartbeat"}
+        env = {"PUNCHCLOCK_HEARTBEAT_PING_URL": f"{base}/heartbeat", **ALLOW_PRIVATE_ENV}
         await cluster.start_ready("a", ["append", "fail"], env=env)
         [ok] = await create_runs(
             store, "append", 1, {"out": str(tmp_path / "out")}, ping_url=f"{base}/good"

@@ -11,15 +11,15 @@ from pathlib import Path
 from supervisor.core import jobs
 from supervisor.core.store import Store
 
-from ..api_support import http
+from ..api_support import READER, TOKENS, http
 from ..factory import delete_runs, set_job
 from ..helpers import job, wait_for
 from .procs import Cluster, free_port
 from .scenario import LIMITS, all_in, create_runs
 
 
-def _readyz(port: int) -> dict[str, object]:
-    return dict(json.loads(http(f"http://127.0.0.1:{port}/readyz")[2]))
+def _readyz(port: int, token: str | None = None) -> dict[str, object]:
+    return dict(json.loads(http(f"http://127.0.0.1:{port}/readyz", token=token)[2]))
 
 
 async def test_an_unplannable_job_is_skipped_and_reported(
@@ -33,10 +33,14 @@ async def test_an_unplannable_job_is_skipped_and_reported(
     await set_job(store, bad.id, timezone="Mars/Olympus_Mons", planned_until=None, plan_after=now)
     await delete_runs(store, bad.id)
     port = free_port()
-    sup = await cluster.start_ready("a", ["append"], metrics_port=port)
+    # The side door's details need one of api_tokens' tokens; anyone else learns the kind.
+    env = {"PUNCHCLOCK_API_TOKENS": TOKENS[1]}
+    sup = await cluster.start_ready("a", ["append"], metrics_port=port, env=env)
     event = await sup.wait_event("plan_failed", 15, job_id=bad.id)
     assert "Mars/Olympus_Mons" in event["error"]
-    body = await asyncio.to_thread(_readyz, port)
+    anonymous = await asyncio.to_thread(_readyz, port)
+    assert anonymous == {"status": "ready", "warnings": ["unplannable_jobs"]}
+    body = await asyncio.to_thread(_readyz, port, READER)
     assert body["unplannable_jobs"] == [
         {"job_id": bad.id, "job_name": "zone-from-the-future", "error": event["error"]}
     ]

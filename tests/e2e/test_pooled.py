@@ -29,7 +29,7 @@ from supervisor.core.store import Store
 from supervisor.local.pgbouncer import LocalPgBouncer, find_pgbouncer
 from supervisor.local.pgserver import SUPERUSER, LocalPostgres
 
-from ..api_support import http
+from ..api_support import ADMIN, TOKENS, http
 from ..factory import create_runs, statuses
 from ..helpers import wait_for
 from .procs import ROOT, Cluster, free_port, scrape
@@ -138,7 +138,7 @@ async def test_a_supervisor_and_the_api_work_through_the_pooler(
         api = cluster._spawn(
             "api",
             [sys.executable, "-m", "supervisor", "api", "--database-url", bouncer.dsn,
-             "--listen", f"127.0.0.1:{port}", *pooled],
+             "--listen", f"127.0.0.1:{port}", "--api-token", TOKENS[0], *pooled],
             tmp_path / "api.log",
         )  # fmt: skip
         await api.wait_event("api_listening", timeout=30)
@@ -152,7 +152,7 @@ async def test_a_supervisor_and_the_api_work_through_the_pooler(
 
             await wait_for(done, 60, "every run to succeed through the pooler")
             status, _, body = await asyncio.to_thread(
-                http, f"http://127.0.0.1:{port}/v1/runs/{ids[0]}"
+                http, f"http://127.0.0.1:{port}/v1/runs/{ids[0]}", token=ADMIN
             )
             assert status == 200 and json.loads(body)["status"] == "succeeded"
         finally:

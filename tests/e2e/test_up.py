@@ -32,7 +32,7 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
 
 def _start_up(dsn: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
-    env["HOME"] = str(tmp_path)  # the admin token file lands in ~/.config/punchclock
+    env["PUNCHCLOCK_STATE_DIR"] = str(tmp_path / "state")  # where the admin token lands
     with (tmp_path / "up.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
@@ -49,7 +49,8 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_for(lambda: _get(f"{base}/healthz")[0] == 200, 30, "the API to answer")
-        token = (tmp_path / ".config" / "punchclock" / "admin-token").read_text().strip()
+        token_file = tmp_path / "state" / "admin-token"
+        token = token_file.read_text().strip()
         status, body = _get(f"{base}/v1/jobs", token)
         assert status == 200
         names = {j["name"] for j in body["jobs"]}  # type: ignore[attr-defined]
@@ -68,11 +69,16 @@ async def test_up_runs_everything_and_ctrl_c_stops_it(
             if '"api_listening"' in line
         )
         sup = next(c for c in psutil.Process(proc.pid).children() if "supervise" in c.cmdline())
+        sup_env = sup.environ()
         assert _started_at(sup.pid) >= datetime.fromisoformat(listening).timestamp() - 0.2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, (tmp_path / "up.log").read_text()[-3000:]
         text = (tmp_path / "up.log").read_text()
         assert "punchclock is up" in text and "supervisor_drained" in text
+        # The banner names the file; neither it nor a log line holds the token, and the
+        # supervisor was not given it (its environment reaches handlers' parents).
+        assert str(token_file) in text and token not in text
+        assert "PUNCHCLOCK_API_TOKENS" not in sup_env
     finally:
         if proc.poll() is None:
             proc.kill()

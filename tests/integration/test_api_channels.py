@@ -167,7 +167,7 @@ async def test_the_cli_manages_channels_without_a_secret_on_its_command_line(
     secret_file.write_text(SECRET + "\n")
     async with api_client(store) as api:
         url = str(api.make_url("")).rstrip("/")
-        base = ["--api-url", url]
+        base = ["--api-url", url, "--api-token", ADMIN]
 
         def cli(*argv: str) -> int:
             return main([*argv, *base])

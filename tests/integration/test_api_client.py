@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,10 @@ class Cli:
         self.capsys = capsys
 
     async def __call__(self, *argv: str, url: bool = True) -> tuple[int, str, str]:
+        # The API always wants a token: the admin one unless the test gives its own.
         args = list(argv) + (["--api-url", self.url] if url else [])
+        if url and "--api-token" not in argv:
+            args += ["--api-token", ADMIN]
         self.capsys.readouterr()
         code = await asyncio.to_thread(main, args)
         out, err = self.capsys.readouterr()
@@ -181,8 +185,12 @@ async def test_runs_commands(store: Store, capsys: pytest.CaptureFixture[str]) -
 
 
 async def test_token_and_url_from_the_environment(
-    store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    store: Store,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    monkeypatch.setenv("PUNCHCLOCK_STATE_DIR", str(tmp_path))  # no generated token file here
     async with api_client(store, api_tokens=TOKENS) as api:
         cli = Cli(str(api.make_url("")), capsys)
         monkeypatch.setenv("PUNCHCLOCK_API_URL", str(api.make_url("")))

@@ -15,7 +15,7 @@ from api.app import create_app
 from api.openapi import document
 from supervisor.core.store import Store
 
-from ..api_support import config, run_schemathesis
+from ..api_support import TOKENS, config, run_schemathesis
 from ..factory import insert_runs
 from ..helpers import job
 
@@ -33,7 +33,7 @@ async def test_document_is_served_and_matches_the_routes(api: Client, store: Sto
     resp = await api.get("/openapi.json")
     assert resp.status == 200
     assert await resp.json() == document()
-    app = create_app(config(), store)
+    app = create_app(config(api_tokens=TOKENS), store)
     served = {
         (route.method.lower(), route.resource.canonical)
         for route in app.router.routes()

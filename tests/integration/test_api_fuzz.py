@@ -28,7 +28,7 @@ from supervisor.core import jobspec
 from supervisor.core.runs import RunFilters
 from supervisor.core.store import Store
 
-from ..api_support import api_process, http, run_schemathesis
+from ..api_support import ADMIN, TOKENS, api_process, http, run_schemathesis
 from ..factory import count, insert_runs, job_row
 from ..helpers import job
 
@@ -216,19 +216,23 @@ def test_long_urls_are_422_naming_the_field_and_longer_lines_a_documented_400(
     (schemathesis found one in CI: an undocumented status). A value at the documented
     maxLength must reach the validators; only a line over MAX_REQUEST_LINE gets the 400,
     which every operation documents, and the server keeps serving."""
-    with api_process(dsn, "--listen", "127.0.0.1:0") as proc:
+    with api_process(dsn, "--listen", "127.0.0.1:0", "--api-token", TOKENS[0]) as proc:
         url = proc.url()
         # 1001 four-byte characters: 12 KB percent-encoded, over aiohttp's default limit.
-        status, ctype, body = http(url + "/v1/runs?cursor=" + quote("\U0001f600" * 1001))
+        status, ctype, body = http(
+            url + "/v1/runs?cursor=" + quote("\U0001f600" * 1001), token=ADMIN
+        )
         assert (status, ctype) == (422, PROBLEM_JSON), body
         assert [e["field"] for e in json.loads(body)["errors"]] == ["cursor"]
-        status, ctype, _ = http(url + "/v1/schedule/preview?cron=" + quote("\u00e9" * 1000))
+        status, ctype, _ = http(
+            url + "/v1/schedule/preview?cron=" + quote("\u00e9" * 1000), token=ADMIN
+        )
         assert (status, ctype) == (422, PROBLEM_JSON)  # reached parse_cron: not a cron line
-        status, ctype, _ = http(url + "/v1/workers?x=" + "a" * MAX_REQUEST_LINE)
+        status, ctype, _ = http(url + "/v1/workers?x=" + "a" * MAX_REQUEST_LINE, token=ADMIN)
         assert (status, ctype) == (400, "text/plain")
         documented = document()["paths"]["/v1/workers"]["get"]["responses"]["400"]["content"]
         assert "text/plain" in documented
-        assert http(url + "/v1/workers")[0] == 200
+        assert http(url + "/v1/workers", token=ADMIN)[0] == 200
         assert proc.proc.poll() is None
 
 

@@ -244,7 +244,8 @@ async def test_oversized_body_is_413(store: Store) -> None:
             for _ in range(8):
                 yield b" " * 1024
 
-        data = await _problem(await api.post("/v1/jobs", data=chunks()), 413)
+        as_json = {"Content-Type": "application/json"}  # else 415 before the size is known
+        data = await _problem(await api.post("/v1/jobs", data=chunks(), headers=as_json), 413)
         # A body just under the limit is fine.
         small = await api.post("/v1/jobs", json={**BASE, "payload": {"blob": "x" * 1000}})
         assert small.status == 201
@@ -342,7 +343,8 @@ async def test_update_replans_and_validates(api: Client, store: Store) -> None:
     )
     assert {e["field"] for e in data["errors"]} == {"cron", "paused"}
     await _problem(await api.patch(f"/v1/jobs/{job['id']}", json={"name": other["name"]}), 409)
-    await _problem(await api.patch(f"/v1/jobs/{job['id']}", data=b"{"), 400)
+    as_json = {"Content-Type": "application/json"}  # malformed JSON, not a wrong type (415)
+    await _problem(await api.patch(f"/v1/jobs/{job['id']}", data=b"{", headers=as_json), 400)
     await _problem(await api.patch("/v1/jobs/999999", json={"paused": True}), 404)
     assert await _counts(store) == before
     again = await (await api.get(f"/v1/jobs/{job['id']}")).json()

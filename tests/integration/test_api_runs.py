@@ -16,9 +16,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from api import cursor
 from api.app import create_app
+from api.permissions import TABLE
 from supervisor.core.store import Store
 
-from ..api_support import config
+from ..api_support import ADMIN, TOKENS, config
 from ..factory import (
     age_worker,
     count,
@@ -348,7 +349,10 @@ async def test_trigger_and_idempotency(api: Client, store: Store, dsn: str) -> N
     ]:
         resp = await api.post(f"/v1/jobs/{job_id}/trigger", json=body, headers=headers)
         assert resp.status == 422, (body, headers, await resp.text())
-    assert (await api.post(f"/v1/jobs/{job_id}/trigger", data=b"{x")).status == 400
+    malformed = {"Content-Type": "application/json"}  # else 415 before the body is read
+    assert (
+        await api.post(f"/v1/jobs/{job_id}/trigger", data=b"{x", headers=malformed)
+    ).status == 400
     assert (await api.post("/v1/jobs/999999/trigger")).status == 404
     assert await count(store, "runs", "trigger='manual'") == 3
 
@@ -467,7 +471,12 @@ async def test_instant_filters_out_of_range_are_422(api: Client, name: str, inst
     assert error["field"] == name and "out of the supported range" in error["message"]
 
 
-async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> None:
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}  # unlisted routes need a token too
+
+
+async def test_database_data_errors_are_4xx_problems_not_500(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The safety net: a value that slips past validation and that PostgreSQL (or asyncpg's
     encoder) refuses is the client's error, answered as a problem, never a 500. The Store
     turns the driver's data error into RefusedValue; the API answers that."""
@@ -484,8 +493,9 @@ async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> No
             await store.get_run_detail(2**70)
         return web.json_response({})
 
-    app = create_app(config(), store, extra_routes=list(routes))
-    async with TestClient(TestServer(app, host="127.0.0.1")) as api:
+    monkeypatch.setitem(TABLE, ("GET", "/probe/{kind}"), "admin")  # default deny otherwise
+    app = create_app(config(api_tokens=TOKENS), store, extra_routes=list(routes))
+    async with TestClient(TestServer(app, host="127.0.0.1"), headers=AS_ADMIN) as api:
         for kind in ("nul", "range", "encode"):
             resp = await api.get(f"/probe/{kind}")
             assert resp.status == 422, (kind, await resp.text())
@@ -494,7 +504,9 @@ async def test_database_data_errors_are_4xx_problems_not_500(store: Store) -> No
             assert problem["errors"][0]["field"] == "query", problem
 
 
-async def test_a_read_only_server_answers_503_not_500(store: Store) -> None:
+async def test_a_read_only_server_answers_503_not_500(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After a failover a connection may still sit on the old primary, now read-only
     (25006): the API says "retry later", as for a lost database."""
     routes = web.RouteTableDef()
@@ -507,8 +519,9 @@ async def test_a_read_only_server_answers_503_not_500(store: Store) -> None:
             await sql(tx, "CREATE TEMP TABLE refused ()")
         return web.json_response({})
 
-    app = create_app(config(), store, extra_routes=list(routes))
-    async with TestClient(TestServer(app, host="127.0.0.1")) as api:
+    monkeypatch.setitem(TABLE, ("POST", "/probe/write"), "admin")  # default deny otherwise
+    app = create_app(config(api_tokens=TOKENS), store, extra_routes=list(routes))
+    async with TestClient(TestServer(app, host="127.0.0.1"), headers=AS_ADMIN) as api:
         resp = await api.post("/probe/write")
         assert resp.status == 503, await resp.text()
         assert resp.headers["Retry-After"] == "1"

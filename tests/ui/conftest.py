@@ -64,9 +64,12 @@ class Ui:
 
 @pytest.fixture
 async def ui_open(store: Store) -> AsyncIterator[Ui]:
-    """No tokens configured: loopback callers are admin without logging in."""
+    """Admin on both surfaces: the API through the admin bearer token (api_client's default),
+    the dashboard logged in with it. (No tokenless mode exists any more.)"""
     async with api_client(store) as client:
-        yield Ui(client)
+        ui = Ui(client)
+        await ui.login(ADMIN)
+        yield ui
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ async def test_a_read_session_gets_no_form(ui_reader: Ui, store: Store) -> None:
 
 async def test_policy_limits_and_notify_fields_round_trip(ui_admin: Ui, store: Store) -> None:
     await groups(store).insert_group("db-heavy", 2)
-    hook = {"name": "ops", "url": "http://127.0.0.1:9/hook", "format": "slack"}
+    hook = {"name": "ops", "url": "https://hooks.example.com/hook", "format": "slack"}
     spec = validate_channel(hook, ())
     await channels.create_channel(store, spec)
     form = {

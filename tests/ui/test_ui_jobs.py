@@ -246,7 +246,7 @@ async def test_job_detail_shows_next_instants_and_payload_to_admins_only(
     await ui_anon.post("/ui/logout")
     await ui_anon.login(READER)
     status, html = await ui_anon.get(f"/ui/jobs/{job_id}")
-    assert status == 200 and "s3cr3t" not in html and "shown to admin sessions only" in html
+    assert status == 200 and "s3cr3t" not in html and "withheld from read sessions" in html
     assert "Run now" not in html and "Pause…" not in html
     status, _ = await ui_anon.get("/ui/jobs/999999")
     assert status == 404

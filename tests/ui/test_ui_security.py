@@ -6,10 +6,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import pytest
+
+from api.app import create_app
 from api.auth import Tokens
 from api.ui.session import Sessions
+from supervisor.core.config import ConfigError
+from supervisor.core.store import Store
 
-from ..api_support import ADMIN, READER, TOKENS
+from ..api_support import ADMIN, READER, TOKENS, config
 from .conftest import Ui
 
 
@@ -49,9 +54,10 @@ async def test_login_never_redirects_to_another_site(ui_anon: Ui) -> None:
 
 
 async def test_cookie_is_secure_behind_tls_proxy(ui_anon: Ui) -> None:
-    await ui_anon.get("/ui/login")
-    r = await ui_anon.post("/ui/login", {"token": READER}, headers={"X-Forwarded-Proto": "https"})
-    assert r.status == 303 and "Secure" in cookie_header(r)
+    # Over TLS the cookie is __Secure-punchclock_session (tests/ui/test_ui_sessions.py): a
+    # client only sends it back over https, so this plain-http client checks the header.
+    r = await ui_anon.client.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
+    assert r.status == 200 and "Secure" in cookie_header(r)
 
 
 async def test_logout_ends_the_session(ui_admin: Ui) -> None:
@@ -103,17 +109,20 @@ async def test_user_data_is_escaped(ui_anon: Ui) -> None:
     assert "&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
-async def test_without_tokens_loopback_is_admin_without_login(ui_open: Ui) -> None:
-    r = await ui_open.client.get("/ui/", allow_redirects=False)
-    assert r.status == 200
-    html = await r.text()
-    assert "role-admin" in html and "Log out" not in html
-    assert "HttpOnly" in cookie_header(r)  # the CSRF binding still needs a session
+async def test_loopback_gets_the_login_page_not_admin(ui_anon: Ui, store: Store) -> None:
+    # Once a tokenless app made every loopback caller admin; now there is no such app, and a
+    # loopback caller without a session (whatever X-Forwarded-For says) must log in.
+    with pytest.raises(ConfigError, match="api_tokens"):
+        create_app(config(), store)
+    r = await ui_anon.client.get(
+        "/ui/", headers={"X-Forwarded-For": "127.0.0.1"}, allow_redirects=False
+    )
+    assert r.status == 303 and r.headers["Location"].startswith("/ui/login")
 
 
 async def test_sessions_are_stateless_across_processes() -> None:
-    a = Sessions(Tokens.parse(TOKENS), "postgresql://a")
-    b = Sessions(Tokens.parse(TOKENS), "postgresql://b")  # another API process
+    a = Sessions(Tokens.parse(TOKENS), "a-session-secret-of-32-characters!")
+    b = Sessions(Tokens.parse(TOKENS), "a-session-secret-of-32-characters!")  # another process
     s = a.login(ADMIN)
     assert s is not None
     cookie = a.encode(s)
@@ -122,5 +131,8 @@ async def test_sessions_are_stateless_across_processes() -> None:
     assert b.decode(a.encode(replace(s, expires=1))) is None  # expired
     assert b.decode(a.encode(replace(s, role="admin", token=a.fingerprint(READER)))) is None
     # The token it was opened with is no longer configured: the session is over.
-    rotated = Sessions(Tokens.parse((TOKENS[1], "admin:another-admin-token-0000")), "x")
+    rotated = Sessions(
+        Tokens.parse((TOKENS[1], "admin:another-admin-token-0000")),
+        "a-session-secret-of-32-characters!",
+    )
     assert rotated.decode(cookie) is None

@@ -33,7 +33,7 @@ SERVICES = {
 DAEMON = {
     "cgkill", "cgroups", "child", "duties", "executor", "faces", "inflight", "isolation", "keeper",
     "keeperd", "lease", "loop",
-    "orphans", "output",
+    "orphans", "outbound", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "cli", "compose", "instruments"}
