@@ -33,6 +33,7 @@ from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
 from supervisor.core.migrator import check_schema, migrate, pending_migrations
 from supervisor.core.planning import PlanLimits
+from supervisor.core.procsafe import undumpable
 from supervisor.core.secretfile import generated_admin_token
 from supervisor.core.store import Store
 
@@ -107,6 +108,7 @@ async def serve(
     on_listening: Callable[[list[str]], None] | None = None,
 ) -> int:
     """Run the API until SIGTERM/SIGINT (or `stop`). Returns the exit status."""
+    undumpable()  # its tokens and database URL: not for a same-uid process to read in /proc
     cfg, token_file = with_admin_token(cfg)
     tokens = Tokens.parse(cfg.api_tokens)
     host, port = parse_listen(cfg.api_listen)

@@ -125,6 +125,8 @@ class HostPolicy:
         if listen not in WILDCARDS:
             self.names |= {listen}
         self.any_host = listen in WILDCARDS and not cfg.api_allowed_hosts
+        # A TLS-terminating proxy in front: its X-Forwarded-Proto is believed, nobody else's.
+        self.behind_proxy = cfg.behind_proxy
 
     def allows(self, name: str | None) -> bool:
         if name is None:

@@ -44,11 +44,15 @@ ERRORS = {
     400: "malformed request: a body that is not JSON (a problem), or a request line or header"
     " over the server's limit (text/plain)",
     401: "no or unknown bearer token",
-    403: "the token's role may not do this",
+    403: "the token's role may not do this, or a cross-site request (Sec-Fetch-Site, Origin)",
     404: "not found",
     409: "conflicts with the current state",
     413: "the body exceeds the limit",
+    415: "a body that is not Content-Type: application/json",
+    421: "a Host header that is neither a loopback name, api_listen's host nor in "
+    "api_allowed_hosts (DNS rebinding)",
     422: "an invalid field or query parameter (errors names each)",
+    429: "too many failed tokens from this address (api_auth_throttle): Retry-After says when",
     503: "the database is unavailable",
 }
 
@@ -61,7 +65,8 @@ def responses(ok: dict[int, tuple[str, J]], *errors: int, links: J | None = None
     if links:
         for code in ok:
             out[str(code)]["links"] = links
-    for code in sorted({400, 401, 403, 422, 503, *errors}):
+    with_body = {415} if 413 in errors else set()  # operations that take a body
+    for code in sorted({400, 401, 403, 421, 422, 429, 503, *errors, *with_body}):
         content: J = {"application/problem+json": {"schema": ref("Problem")}}
         if code == 400:
             content["text/plain"] = {"schema": STR}
@@ -342,8 +347,9 @@ def document() -> J:
             "title": "punchclock management API",
             "version": __version__,
             "description": "Jobs, triggers, run history and dead runs. Errors are "
-            "application/problem+json (RFC 9457). Without configured tokens the API serves "
-            "loopback only, unauthenticated. Each operation's x-punchclock-role is the least "
+            "application/problem+json (RFC 9457). Every request needs a bearer token (without "
+            "configured api_tokens, punchclock api generates an admin token into its state "
+            "directory). Each operation's x-punchclock-role is the least "
             "token role it needs (read < operator < admin); read tokens get payloads withheld.",
         },
         "paths": _with_roles(PATHS),

@@ -34,10 +34,10 @@ from supervisor.core.httpd import bearer_check, health_routes, start_side_door
 from supervisor.core.log import log_event
 from supervisor.core.metrics import Metrics
 from supervisor.core.migrator import check_schema, migrate, pending_migrations
+from supervisor.core.procsafe import undumpable
 from supervisor.core.store import Store
 from supervisor.executor import Executor
 from supervisor.keeper import Keeper
-from supervisor.keeperd import undumpable
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.sdnotify import Notifier

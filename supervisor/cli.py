@@ -382,9 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--api-token",
         action="append",
-        metavar="ROLE:TOKEN",
-        help="a bearer token, ROLE read or admin (repeatable; none: loopback only); argv is "
-        "visible to every local user: use api_tokens_file [PUNCHCLOCK_API_TOKENS_FILE]",
+        metavar="ROLE:NAME:TOKEN",
+        help="a bearer token, ROLE read, operator or admin (repeatable; none: an admin token "
+        "generated into the state directory); argv is visible to every local user: use "
+        "api_tokens_file [PUNCHCLOCK_API_TOKENS_FILE]",
     )
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default 1 MiB)")
     p.add_argument("--migrate", action="store_true", help="apply pending migrations first")

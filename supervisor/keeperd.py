@@ -24,7 +24,7 @@ It makes itself non-dumpable (`undumpable`) and is started with a minimal enviro
 (keeper.KEEPER_ENV): a handler of the supervisor's uid cannot read either from /proc.
 
 This module imports only the stdlib's os, sys, signal, select and time (and ctypes once, at
-start), parentwatch and cgkill (about 10 MB RSS; asyncio would double it).
+start), parentwatch, cgkill and core.procsafe (about 10 MB RSS; asyncio would double it).
 """
 
 from __future__ import annotations
@@ -36,26 +36,15 @@ import time
 from typing import TYPE_CHECKING
 
 from supervisor import cgkill
+from supervisor.core.procsafe import undumpable
 from supervisor.parentwatch import ParentPipe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 INSTANCE_ENV = "PUNCHCLOCK_SUPERVISOR_INSTANCE"
-_PR_SET_DUMPABLE = 4
 CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
 READY = b"ready\n"  # written once the keeper ignores terminal signals and reads its stdin
-
-
-def undumpable() -> bool:
-    """prctl(PR_SET_DUMPABLE, 0): a process of our uid (a handler without `user`) can then no
-    longer read our /proc/<pid>/environ or mem, nor ptrace us; only CAP_SYS_PTRACE can. Core
-    dumps are off too. An execve of an ordinary binary makes a child dumpable again, so
-    handlers and the keeper are not affected (the keeper calls this itself)."""
-    import ctypes  # here, not at import time: about 0.7 MB of the keeper's RSS, paid once
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
 
 
 def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:

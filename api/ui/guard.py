@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from api import permissions
-from api.auth import ACTOR_KEY, ADMIN, ROLE_KEY, is_loopback
+from api.auth import ACTOR_KEY, ROLE_KEY
+from api.gate import HOST_POLICY, same_origin
 from api.problems import Handler
 from api.ui.session import COOKIE, SECURE_COOKIE, SESSION_SECONDS, Session, Sessions
 from supervisor.core.db import DB_ERRORS
@@ -51,9 +52,13 @@ class Refused(Exception):
 
 
 def is_tls(request: web.Request) -> bool:
-    """Served over TLS, or behind a proxy that says so (X-Forwarded-Proto: https)."""
+    """Served over TLS, or behind_proxy and the proxy says so (X-Forwarded-Proto: https)."""
+    if request.secure:
+        return True
+    if not request.config_dict[HOST_POLICY].behind_proxy:
+        return False
     proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
-    return request.secure or proto == "https"
+    return proto == "https"
 
 
 def cookie_name(request: web.Request) -> str:
@@ -116,12 +121,10 @@ def gate(render_error: Any) -> Middleware:
 
 async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     sessions: Sessions = request.app[SESSIONS]
-    if sessions.open and (request.remote is None or not is_loopback(request.remote)):
-        raise Refused(403, "Without API tokens the dashboard is served to loopback only.")
     current = sessions.decode(request.cookies.get(cookie_name(request)))
     fresh = current is None
     if current is None:
-        current = sessions.new(ADMIN, "loopback") if sessions.open else sessions.new(None)
+        current = sessions.new(None)
     request[SESSION_KEY] = current
     request[ROLE_KEY] = current.role
     request[ACTOR_KEY] = current.name
@@ -153,8 +156,7 @@ def _check_role(request: web.Request, s: Session) -> None:
         raise Refused(403, "This page is not open to any role.")
     if least != permissions.UNROUTED and not permissions.allows(s.role, least):
         what = f"{request.method} {permissions.route_of(request)}"
-        name = s.name if s.name != "loopback" else None
-        raise Refused(403, permissions.refusal(s.role, name, least, what))
+        raise Refused(403, permissions.refusal(s.role, s.name, least, what))
 
 
 def _to_login(request: web.Request) -> web.StreamResponse:
@@ -166,8 +168,7 @@ def _to_login(request: web.Request) -> web.StreamResponse:
 
 async def _check_post(request: web.Request, sessions: Sessions, s: Session, fresh: bool) -> None:
     origin = request.headers.get("Origin") or request.headers.get("Referer")
-    hosts = {h for h in (request.host, request.headers.get("X-Forwarded-Host")) if h}
-    if not origin or origin == "null" or urlsplit(origin).netloc not in hosts:
+    if not origin or not same_origin(request, origin):
         _refuse(request, "origin", "This form must be sent from the dashboard's own pages.")
     form = await request.post()
     given = request.headers.get("X-CSRF-Token") or str(form.get("csrf", ""))

@@ -119,7 +119,6 @@ def common(request: web.Request) -> dict[str, Any]:
         "admin": role == ADMIN,  # may create, edit and delete (jobs)
         "operator": permissions.allows(role, OPERATOR),  # may trigger, pause, cancel, requeue...
         "see_payloads": permissions.can_see_payloads(role),
-        "open_mode": sessions.open,
         "csrf": sessions.csrf(s) if s else "",
         "path": request.path,
         "htmx": bool(request.headers.get("HX-Request")),

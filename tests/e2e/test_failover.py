@@ -292,7 +292,8 @@ async def _probe_api(base: str, job_id: int, stop: asyncio.Event) -> list[tuple[
 async def _create_via_api(base: str, out: Path, n: int) -> list[int]:
     """n one-off jobs through the API, each retried until it answers (bounded)."""
     run_ids = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5), headers=auth) as http:
         for i in range(n):
             body = {
                 "name": f"via-api-{i}",

@@ -14,7 +14,7 @@ from api.ui.session import Sessions
 from supervisor.core.config import ConfigError
 from supervisor.core.store import Store
 
-from ..api_support import ADMIN, READER, TOKENS, config
+from ..api_support import ADMIN, READER, TOKENS, api_client, config
 from .conftest import Ui
 
 
@@ -53,11 +53,12 @@ async def test_login_never_redirects_to_another_site(ui_anon: Ui) -> None:
         await ui_anon.get("/ui/")  # the new session's CSRF token
 
 
-async def test_cookie_is_secure_behind_tls_proxy(ui_anon: Ui) -> None:
+async def test_cookie_is_secure_behind_tls_proxy(store: Store) -> None:
     # Over TLS the cookie is __Secure-punchclock_session (tests/ui/test_ui_sessions.py): a
     # client only sends it back over https, so this plain-http client checks the header.
-    r = await ui_anon.client.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
-    assert r.status == 200 and "Secure" in cookie_header(r)
+    async with api_client(store, api_tokens=TOKENS, behind_proxy=True) as client:
+        r = await client.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
+        assert r.status == 200 and "Secure" in cookie_header(r)
 
 
 async def test_logout_ends_the_session(ui_admin: Ui) -> None:

@@ -103,7 +103,10 @@ async def test_session_secret_is_what_signs(store: Store) -> None:
 
 
 async def test_over_tls_the_cookie_is_secure_prefixed(store: Store) -> None:
-    async with role_client(store) as client:
+    async with role_client(store) as client:  # a client's X-Forwarded-Proto is not believed
+        r = await client.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
+        assert r.headers["Set-Cookie"].startswith(f"{COOKIE}=")
+    async with role_client(store, behind_proxy=True) as client:  # the proxy's is
         r = await client.get("/ui/login", headers={"X-Forwarded-Proto": "https"})
         assert r.status == 200, await r.text()
         header = r.headers["Set-Cookie"]
