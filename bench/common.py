@@ -11,6 +11,7 @@ import math
 import os
 import platform
 import random
+import re
 import signal
 import sys
 import time
@@ -39,7 +40,9 @@ AUTH = {"Authorization": f"Bearer {BENCH_TOKEN}"}
 async def dashboard_session(base: str) -> AsyncIterator[aiohttp.ClientSession]:
     """An HTTP client logged in to the dashboard at `base` as the bench's admin token."""
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-        form = {"token": BENCH_TOKEN, "next": "/ui/"}
+        async with http.get(base + "/ui/login") as resp:  # a session cookie and its CSRF token
+            found = re.search(r'name="csrf" value="([^"]+)"', await resp.text())
+        form = {"token": BENCH_TOKEN, "next": "/ui/", "csrf": found.group(1) if found else ""}
         async with http.post(
             base + "/ui/login", data=form, headers={"Origin": base}, allow_redirects=False
         ) as resp:

@@ -82,7 +82,7 @@ def _check_compatible(known: list[tuple[str, str]], applied: dict[str, str]) -> 
 
 # The newest migration this build's queries need. A database behind the bundled migrations
 # but at or past this one is compatible: the code keeps running while an upgrade rolls out.
-REQUIRED_MIGRATION = "0018_fleet.sql"
+REQUIRED_MIGRATION = "0019_channel_disabled.sql"
 
 
 def check_schema(pending: list[str]) -> None:

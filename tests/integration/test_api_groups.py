@@ -11,7 +11,9 @@ from aiohttp.test_utils import TestClient
 
 from supervisor.core.store import Store
 
+from ..api_support import ADMIN
 from ..factory import count, sql
+from ..ui.conftest import Ui
 
 Client = TestClient[Any, Any]
 G = "/v1/concurrency-groups"
@@ -97,7 +99,8 @@ async def test_a_due_run_says_what_it_waits_for(api: Client, store: Store) -> No
     await api.patch(f"/v1/jobs/{job['id']}", json={"max_concurrent": None})
     got = await (await api.get(f"/v1/runs/{second['id']}")).json()
     assert got["waiting_for"] == "group one: 1 running"
-    page = await (await api.get(f"/ui/runs/{second['id']}")).text()  # the dashboard says so
+    await Ui(api).login(ADMIN)  # the dashboard says so
+    page = await (await api.get(f"/ui/runs/{second['id']}")).text()
     assert '<dd id="waiting-for"><strong>group one: 1 running</strong>' in page
     await sql(store, "UPDATE runs SET status = 'cancelled', lease_owner = NULL, "
               "lease_expires_at = NULL, finished_at = now() WHERE id = $1", claimed.id)  # fmt: skip

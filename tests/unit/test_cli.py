@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +68,26 @@ def test_usage_errors_exit_2() -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 2 and "no database" in out.stderr
+
+
+def test_check_warns_about_an_insecure_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operator's risky choices reach `punchclock check` as warnings, not as problems:
+    inline secrets, tokens without names, every token admin, a wildcard listen without
+    api_allowed_hosts, an unset session_secret."""
+    for name in list(os.environ):
+        if name.startswith("PUNCHCLOCK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PUNCHCLOCK_API_TOKENS", "admin:0123456789abcdef0123")
+    monkeypatch.setenv("PUNCHCLOCK_API_LISTEN", "0.0.0.0:8443")
+    (tmp_path / "h.toml").write_text('[handlers.a]\ncommand = ["/bin/true"]\n')
+    config = tmp_path / "none.toml"
+    config.write_text("")
+    assert main(["check", "--config", str(config), "--handlers", str(tmp_path / "h.toml")]) == 0
+    warnings = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: ")]
+    said = "\n".join(warnings)
+    for needle in ("api_tokens_file", "ROLE:NAME:TOKEN", "every token is admin",
+                   "api_allowed_hosts", "session_secret"):  # fmt: skip
+        assert needle in said, f"no warning mentions {needle}:\n{said}"
+    assert "0123456789abcdef0123" not in said, "a warning never shows a secret"
