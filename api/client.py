@@ -20,6 +20,7 @@ from typing import Any
 
 from api import client_format as fmt
 from api.client_http import EXIT_OK, EXIT_USAGE, ApiClient, ClientError
+from supervisor.core.log import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 STATUSES = ["scheduled", "running", "succeeded", "failed", "dead", "cancelled", "skipped"]
@@ -85,9 +86,9 @@ def _pages(api: ApiClient, path: str, key: str, query: list[tuple[str, Any]], ev
 
 def _out(args: argparse.Namespace, data: Any, render: Any) -> int:
     if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        print(render(data))
+        print(json.dumps(data, indent=2))  # JSON escapes every control character itself
+    else:  # handlers write output tails and errors: no escape reaches the terminal raw
+        print(terminal_safe(render(data)))
     return EXIT_OK
 
 

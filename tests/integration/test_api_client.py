@@ -14,7 +14,7 @@ from supervisor.cli import main
 from supervisor.core.store import Store
 
 from ..api_support import ADMIN, READER, TOKENS, api_client
-from ..factory import insert_runs
+from ..factory import insert_runs, sql
 from ..helpers import job
 
 
@@ -230,3 +230,25 @@ async def test_groups_commands(store: Store, capsys: pytest.CaptureFixture[str])
         assert (await cli.json("groups", "list"))["groups"] == []
         code, _, err = await cli("groups", "create", "bad", "--max-running", "0")
         assert code == 2 and "max_running: must be between 1 and 10000" in err
+
+
+async def test_a_handlers_escapes_reach_the_terminal_as_text(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handler's stderr with OSC 52 (write the operator's clipboard) and a screen clear:
+    `runs show` prints them as \\x1b, not as escapes the terminal acts on."""
+    row = await store.insert_job(job("hostile"))
+    [dead] = await insert_runs(store, row.id, 1, status="dead")
+    hostile = "boom\x1b]52;c;ZXZpbA==\x07\x1b[2J\x9b31m"
+    await sql(
+        store,
+        "INSERT INTO run_attempts (run_id, attempt, worker_id, lease_token, finished_at,"
+        " outcome, error, stderr_tail) VALUES ($1, 1, 'w', 1, now(), 'failed', $2, $2)",
+        dead,
+        hostile,
+    )
+    async with api_client(store) as api:
+        code, out, err = await Cli(str(api.make_url("")), capsys)("runs", "show", str(dead))
+    assert code == 0, err
+    assert "boom\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\x9b31m" in out
+    assert not any(c in out for c in "\x1b\x07\x9b"), "no raw control character is printed"
