@@ -55,6 +55,12 @@ CHANNEL = obj(
         "include_payload": BOOL,
         "created_at": TIME,
         "updated_at": TIME,
+        "disabled_at": {
+            **null(TIME),
+            "description": "when a receiver answered 410 Gone: nothing is sent until an admin "
+            "updates the channel (any PATCH enables it)",
+        },
+        "disabled_reason": null(STR),
     }
 )
 DELIVERY = obj(

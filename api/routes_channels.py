@@ -41,6 +41,8 @@ def channel_view(c: Channel) -> dict[str, Any]:
         "include_payload": s.include_payload,
         "created_at": utc_iso(c.created_at),
         "updated_at": utc_iso(c.updated_at),
+        "disabled_at": utc_iso(c.disabled_at) if c.disabled_at else None,
+        "disabled_reason": c.disabled_reason,
     }
 
 

@@ -23,6 +23,9 @@ class Channel:
     spec: ChannelSpec
     created_at: datetime
     updated_at: datetime
+    # Set when a receiver answered 410 Gone: nothing is sent until an admin updates it.
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: Record) -> Channel:
@@ -35,7 +38,10 @@ class Channel:
             all_jobs=tuple(row["all_jobs"]),
             include_payload=row["include_payload"],
         )
-        return cls(row["id"], spec, row["created_at"], row["updated_at"])
+        return cls(
+            row["id"], spec, row["created_at"], row["updated_at"],
+            row.get("disabled_at"), row.get("disabled_reason"),
+        )  # fmt: skip
 
     @property
     def destination(self) -> str:

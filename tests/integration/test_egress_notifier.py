@@ -146,8 +146,11 @@ async def test_410_disables_the_channel_until_it_is_updated(
     await _pass(n)  # not sent: the receiver sees no second request
     assert len(receiver.received) == 1
     assert (await _rows(store))[1]["last_error"].startswith("not sent: the channel is disabled")
-    async with api_client(store) as api:  # an admin's update enables it again
-        assert (await api.patch(f"/v1/channels/{cid}", json={"all_jobs": []})).status == 200
+    async with api_client(store) as api:  # the API says so; an admin's update enables it
+        shown = await (await api.get(f"/v1/channels/{cid}")).json()
+        assert shown["disabled_at"] and "410" in shown["disabled_reason"]
+        patched = await api.patch(f"/v1/channels/{cid}", json={"all_jobs": []})
+        assert patched.status == 200 and (await patched.json())["disabled_at"] is None
     receiver.mode = "ok"
     await channels.test_channel(store, cid)
     await _pass(n)
