@@ -141,3 +141,16 @@ class Receiver:
 
     def events(self) -> list[str]:
         return [r.json["type"] for r in self.received]
+
+
+# Issue 62, item 4: inward destinations refused as channels and as ping URLs.
+ISSUE_CHANNEL_URLS = [
+    "http://127.0.0.1:5432/",
+    "http://[::1]:8080/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.1/",
+    "http://0.0.0.0:22/",
+    "http://2130706433/",
+    "http://[::ffff:127.0.0.1]/",
+]
+ISSUE_PING_URLS = ["http://127.0.0.1:9/", "http://169.254.169.254/"]

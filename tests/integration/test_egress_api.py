@@ -16,19 +16,9 @@ from supervisor.notifier import WebhookNotifier
 
 from ..api_support import READER, TOKENS, api_client
 from ..factory import count, sql_rows
-from ..notify_support import SECRET
+from ..notify_support import ISSUE_CHANNEL_URLS, ISSUE_PING_URLS, SECRET
 
 Client = TestClient[Any, Any]
-ISSUE_CHANNEL_URLS = [
-    "http://127.0.0.1:5432/",
-    "http://[::1]:8080/",
-    "http://169.254.169.254/latest/meta-data/",
-    "http://10.0.0.1/",
-    "http://0.0.0.0:22/",
-    "http://2130706433/",
-    "http://[::ffff:127.0.0.1]/",
-]
-ISSUE_PING_URLS = ["http://127.0.0.1:9/", "http://169.254.169.254/"]
 JOB = {"name": "p", "type": "echo", "cron": "0 * * * *"}
 TABLES = ("channels", "jobs", "runs", "outbox")
 

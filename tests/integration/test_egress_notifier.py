@@ -20,18 +20,10 @@ from supervisor.notifier import WebhookNotifier
 
 from ..api_support import api_client
 from ..factory import due_run, sql, sql_rows, sql_value
-from ..notify_support import SECRET, Receiver
+from ..notify_support import ISSUE_CHANNEL_URLS, ISSUE_PING_URLS, SECRET, Receiver
 
-STORED_INNER = [  # the issue's URLs, as rows written before the upgrade (never validated)
-    "http://127.0.0.1:5432/",
-    "http://[::1]:8080/",
-    "http://169.254.169.254/latest/meta-data/",
-    "http://10.0.0.1/",
-    "http://0.0.0.0:22/",
-    "http://2130706433/",
-    "http://[::ffff:127.0.0.1]/",
-]
-STORED_PINGS = ["http://127.0.0.1:9/", "http://169.254.169.254/"]
+# The issue's URLs, as rows written before the upgrade (never validated).
+STORED_INNER, STORED_PINGS = ISSUE_CHANNEL_URLS, ISSUE_PING_URLS
 
 
 def _notifier(store: Store, **kw: Any) -> WebhookNotifier:
