@@ -23,10 +23,9 @@ type nobody offers (planned, never run).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +33,7 @@ import asyncpg
 
 from bench import fleet_support as fs
 from bench.common import Context, Databases, ScenarioResult, api_url, summary
+from bench.fleet_support import Spec, specs
 from bench.throughput import exactly_once, insert_due_runs
 from supervisor.core.db import connect
 from supervisor.core.jobs import trigger_job
@@ -52,20 +52,6 @@ DRAIN_RATIO_TARGET = 0.9  # 100 hosts' runs/s against 10 hosts'
 FIRST_RUNS = "SELECT min(started_at) FROM run_attempts GROUP BY worker_id"  # per host
 
 
-@dataclass(frozen=True)
-class Spec:
-    kind: str  # real | sim | direct
-    hosts: int
-    phases: tuple[str, ...] = ("idle", "triggers", "drain", "plan")
-    per_proc: int = 250  # simulated hosts per process
-
-    @property
-    def label(self) -> str:
-        how = {"real": "real, PgBouncer, polling", "sim": "simulated, PgBouncer, polling",
-               "direct": "real, direct + LISTEN, + API"}[self.kind]  # fmt: skip
-        return f"{self.hosts:,} hosts ({how})"
-
-
 @dataclass
 class Env:
     ctx: Context
@@ -78,32 +64,6 @@ class Env:
     triggers: int
     drain_n: int
     plan_jobs: int
-
-
-def specs(smoke: bool) -> list[Spec]:
-    """The fleets to measure. PUNCHCLOCK_FLEET_ONLY="real10,real100:drain" (fleets by kind and
-    size, then optionally the phases) narrows a full run while working on one figure."""
-    only = os.environ.get("PUNCHCLOCK_FLEET_ONLY", "")
-    picked, _, phases = only.partition(":")
-    chosen = [s for s in _specs(smoke) if not picked or f"{s.kind}{s.hosts}" in picked.split(",")]
-    if phases:
-        keep = tuple(phases.split(","))
-        chosen = [replace(s, phases=tuple(p for p in s.phases if p in keep)) for s in chosen]
-    return chosen
-
-
-def _specs(smoke: bool) -> list[Spec]:
-    if smoke:  # short: CI runs every scenario's smoke size
-        return [Spec("real", 2, ("drain",)), Spec("real", 3), Spec("sim", 10, per_proc=10),
-                Spec("direct", 2, ("idle", "triggers"))]  # fmt: skip
-    return [
-        Spec("real", 10, ("drain",)),
-        Spec("real", 100),
-        Spec("sim", 10, ("drain",)),
-        Spec("sim", 300, per_proc=75),
-        Spec("sim", 1000, per_proc=250),
-        Spec("direct", 40, ("idle", "triggers")),
-    ]
 
 
 async def idle(env: Env, fleet: fs.Fleet, dbname: str) -> dict[str, Any]:

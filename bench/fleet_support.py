@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 import signal
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,46 @@ async def settled(conn: asyncpg.Connection, fleet: Fleet, type_: str, ttl: float
     every = max(ttl / 3, IDLE_BEAT_GAP * fleet.hosts)
     await wait_until(beaten, 2 * every + 30.0, "every host beaten since it was seated", every=0.5)
     return time.monotonic() - started
+
+
+# ---------------------------------------------------------------- the fleets measured
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # real | sim | direct
+    hosts: int
+    phases: tuple[str, ...] = ("idle", "triggers", "drain", "plan")
+    per_proc: int = 250  # simulated hosts per process
+
+    @property
+    def label(self) -> str:
+        how = {"real": "real, PgBouncer, polling", "sim": "simulated, PgBouncer, polling",
+               "direct": "real, direct + LISTEN, + API"}[self.kind]  # fmt: skip
+        return f"{self.hosts:,} hosts ({how})"
+
+
+def specs(smoke: bool) -> list[Spec]:
+    """The fleets to measure. PUNCHCLOCK_FLEET_ONLY="real10,real100:drain" (fleets by kind and
+    size, then optionally the phases) narrows a full run while working on one figure."""
+    only = os.environ.get("PUNCHCLOCK_FLEET_ONLY", "")
+    picked, _, phases = only.partition(":")
+    chosen = [s for s in _specs(smoke) if not picked or f"{s.kind}{s.hosts}" in picked.split(",")]
+    if phases:
+        keep = tuple(phases.split(","))
+        chosen = [replace(s, phases=tuple(p for p in s.phases if p in keep)) for s in chosen]
+    return chosen
+
+
+def _specs(smoke: bool) -> list[Spec]:
+    if smoke:  # short: CI runs every scenario's smoke size
+        return [Spec("real", 2, ("drain",)), Spec("real", 3), Spec("sim", 10, per_proc=10),
+                Spec("direct", 2, ("idle", "triggers"))]  # fmt: skip
+    return [
+        Spec("real", 10, ("drain",)),
+        Spec("real", 100),
+        Spec("sim", 10, ("drain",)),
+        Spec("sim", 300, per_proc=75),
+        Spec("sim", 1000, per_proc=250),
+        Spec("direct", 40, ("idle", "triggers")),
+    ]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor import __version__
 from supervisor.core.config import Config, ConfigError, load, settings_table
-from supervisor.core.errors import InvalidSpec, PunchclockError, SchemaMismatch
+from supervisor.core.errors import InvalidSpec, PunchclockError
 from supervisor.core.log import setup_logging
 
 if TYPE_CHECKING:
@@ -236,6 +236,7 @@ def _settings_text(settings: dict[str, Any]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from supervisor.checks import database_problems, security_warnings
     from supervisor.registry import load_registry
 
     if args.settings:
@@ -249,47 +250,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         for r in load_registry(cfg.handlers, **cg).rejected
     ]
     if cfg.database_url:
-        problems += _check_database(cfg.database_url, cfg.pooled)
-    for w in _security_warnings(cfg):
+        problems += database_problems(cfg.database_url, cfg.pooled)
+    for w in security_warnings(cfg):
         print(f"warning: {w}")
     for p in problems:
         print(f"problem: {p}")
     print("configuration ok" if not problems else f"{len(problems)} problem(s)")
     return EXIT_FAILED if problems else EXIT_OK
-
-
-def _security_warnings(cfg: Config) -> list[str]:
-    """What an insecure configuration risks (DESIGN.md, Threat model): warnings, not problems,
-    since a lab may choose them."""
-    from api import gate, permissions, tls
-    from supervisor.core import credfile, egress
-
-    checks = (gate, permissions, tls, credfile, egress)
-    return [w for m in checks for w in m.config_warnings(cfg)]
-
-
-def _check_database(dsn: str, pooled: bool) -> list[str]:
-    """Reachable, migrated, and behind a transaction pooler, the role's settings made."""
-    from supervisor.core.db import connect, role_settings_problems
-    from supervisor.core.migrator import pending_migrations
-
-    async def run() -> list[str]:
-        try:
-            conn = await connect(dsn, pooled=pooled)
-        except Exception as exc:
-            return [f"database unreachable: {exc}"]
-        try:
-            pending = await pending_migrations(conn)
-            roles = await role_settings_problems(conn) if pooled else []
-        except SchemaMismatch as exc:
-            return [str(exc)]
-        finally:
-            await conn.close()
-        return [f"migrations pending: {', '.join(pending)}"] * bool(pending) + [
-            f"database_pooler = transaction: {p}" for p in roles
-        ]
-
-    return asyncio.run(run())
 
 
 # ---------------------------------------------------------------- parser

@@ -36,7 +36,7 @@ DAEMON = {
     "orphans", "outbound", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
-TOP = {"__init__", "__main__", "app", "cli", "compose", "instruments"}
+TOP = {"__init__", "__main__", "app", "checks", "cli", "compose", "instruments"}
 
 
 def _module(path: Path) -> str:
