@@ -43,6 +43,8 @@ _POLL_MAX = 0.1
 _WATCH_AFTER = 0.025
 _YOUNG_SLACK = 0.001  # a timer may run this early (the loop's clock resolution)
 _DRAIN_READS = 16  # reads of a pipe at exit before it is watched instead
+# A kill whose grace ends sooner than this signals before it looks for descendants.
+_HURRIED = 0.5
 _CGROUP_EMPTY_WAIT = 5.0  # after the cgroup's kill, how long its members may take to go
 _SEQUENCE = itertools.count()
 _log = logging.getLogger("punchclock.runner")
@@ -477,6 +479,13 @@ class Child:
     async def _terminate(self) -> None:
         """TERM the group, allow it until self._deadline, then KILL it (and on kill() or
         timeout, every escaped descendant); used too for what a handler leaves behind."""
+        # A kill with (almost) no grace left, a lease running out, signals before the snapshot:
+        # it reads every process's /proc entry in a thread, which took seconds on a loaded host
+        # with hundreds of kills queued (a child outlived its lease: test_fleet_faults). Strays
+        # are still found by their CHILD_ID_ENV mark, and reparented ones by the orphan sweep.
+        if self._deadline - time.monotonic() < _HURRIED and not self._exited.done():
+            urgent = self._deadline <= time.monotonic()
+            self._signal_group(signal.SIGKILL if urgent else signal.SIGTERM)
         # Snapshot first: once the child dies, its children are reparented and the tree is lost.
         snapshot: list[tree.Descendant] = []
         if not self._exited.done() and self.pid is not None and self.cgroup is None:
