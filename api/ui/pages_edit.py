@@ -1,11 +1,13 @@
 """New and edit job: one form for every field the API accepts, validated by the API's own
 jobspec (errors shown next to their fields), and the schedule preview fragment that htmx
-fetches as the user types a cron expression or zone (a Preview button without JavaScript).
+fetches as the user types (without JavaScript, "Preview only" POSTs the form, which comes
+back unsaved with the preview).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -23,10 +25,11 @@ from supervisor.core.domain import Job, JobSpec
 from supervisor.core.egress import destinations
 from supervisor.core.errors import Conflict, InvalidSpec
 from supervisor.core.events import destination
-from supervisor.core.model import Catchup, Overlap
+from supervisor.core.model import NAME_RULE, Catchup, Overlap
 
 routes = web.RouteTableDef()
 PREVIEW = 10
+MAX_WORKERS = 1000  # read for the type suggestions
 NUMBERS = {  # form field -> (body path, integer)
     "max_attempts": (("max_attempts",), True),
     "timeout_seconds": (("timeout_seconds",), False),
@@ -177,28 +180,41 @@ async def _form(
     errors: dict[str, str],
     status: int = 200,
 ) -> web.Response:
-    instants, problem = await _preview(request, values.get("cron", ""), values.get("timezone", ""))
+    instants, problem = await _preview(request, values)
     context = {
         "job": job,
         "v": values,
         "errors": errors,
         "zones": ZONES,
+        "types": await _offered_types(request),
+        "name_rule": NAME_RULE,
         "catchups": [c.value for c in Catchup],
         "overlaps": [o.value for o in Overlap],
         "instants": instants,
         "preview_error": problem,
+        "utc_only": values.get("timezone", "").strip() in preview.UTC_NAMES,
         "action": f"{PREFIX}jobs/{job.id}/edit" if job else f"{PREFIX}jobs/new",
     }
     return render(request, "job_form.html", context, status)
 
 
+async def _offered_types(request: web.Request) -> list[str]:
+    """The handler types live workers offer: the type field's suggestions."""
+    found = await store(request).list_workers(0.0, MAX_WORKERS)
+    return sorted({t for w in found if w.live for t in w.types})
+
+
 async def _preview(
-    request: web.Request, cron: str, zone: str
+    request: web.Request, v: Mapping[str, str]
 ) -> tuple[list[preview.Instant], str | None]:
-    if not cron.strip():
-        return [], None
+    """The schedule the form describes: a one-off's instant, or the cron's next ones."""
+    zone, cron = v.get("timezone", "").strip(), v.get("cron", "").strip()
     try:
-        return preview.preview(cron, zone.strip(), await store(request).now(), PREVIEW), None
+        if v.get("kind") == "once":
+            return preview.once(v.get("run_at", ""), zone, await store(request).now()), None
+        if not cron:
+            return [], None
+        return preview.preview(cron, zone, await store(request).now(), PREVIEW), None
     except InvalidSpec as exc:
         return [], str(exc)
 
@@ -217,15 +233,16 @@ async def edit_form(request: web.Request) -> web.StreamResponse:
 
 @routes.get("/jobs/preview")
 async def preview_fragment(request: web.Request) -> web.StreamResponse:
-    """The preview of ?cron=&timezone= (a fragment for htmx, else a page of its own)."""
-    cron, zone = request.query.get("cron", ""), request.query.get("timezone", "")
-    if len(cron) > 200 or len(zone) > 100:
+    """The preview of ?kind=&cron=&run_at=&timezone= (a fragment for htmx, else a page)."""
+    v = {k: request.query.get(k, "") for k in ("kind", "cron", "run_at", "timezone")}
+    if len(v["cron"]) > 200 or len(v["timezone"]) > 100 or len(v["run_at"]) > 100:
         raise InvalidSpec("cron", "is too long")
-    instants, problem = await _preview(request, cron, zone)
+    instants, problem = await _preview(request, v)
     context = {
         "instants": instants,
         "preview_error": problem,
-        "v": {"cron": cron, "timezone": zone or "UTC"},
+        "utc_only": v["timezone"].strip() in preview.UTC_NAMES,
+        "v": {**v, "timezone": v["timezone"] or "UTC"},
     }
     page = "job_preview.html" if request.headers.get("HX-Request") else "job_preview_page.html"
     return render(request, page, context)
@@ -247,6 +264,8 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
     values = {**typed, "kind": typed["kind"] or "cron"}
     ping = job.spec.ping_url if job else None
     values["ping_destination"] = "" if ping is None else destination(ping)  # never from the form
+    if form.get("preview"):  # "Preview only" (the no-JS preview): the form again, unsaved
+        return await _form(request, job, values, {})
     limits = request.app[UI_LIMITS]
     hosts = destinations(request.app[UI_CONFIG])
     if not errors:

@@ -16,6 +16,7 @@ from api.auth import sees_payloads
 from api.ui import svg
 from api.ui.fmt import utc
 from api.ui.guard import PREFIX
+from api.ui.pages_jobs import _notice as jobs_notice
 from api.ui.site import dash, render, store
 from supervisor.core import runs, schedule
 from supervisor.core.domain import Job, UnloadableSchedule
@@ -73,7 +74,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
 
 def _notice(request: web.Request) -> str | None:
     if request.query.get("done") != "backfilled":
-        return None
+        return jobs_notice(request)  # pause, resume, run with payload: as the jobs list says
     n = request.query.get("n", "?")
     return f"Backfilled: created {n} run{'' if n == '1' else 's'}, due now."
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from supervisor.core import schedule
 from supervisor.core.errors import InvalidSpec
+from supervisor.core.model import utc_iso
 from supervisor.core.schedule import CronSchedule
 
 SECOND = timedelta(seconds=1)
@@ -86,3 +87,23 @@ def _mark(sched: CronSchedule, walls: CronSchedule, utc_text: str, local_text: s
         note += f" both; this is the {which} (DST rule 3)"
         return Instant(utc_text, local_text, "repeated", note)
     return Instant(utc_text, local_text)
+
+
+UTC_NAMES = frozenset({"", "UTC", "Etc/UTC", "Etc/Universal", "Etc/Zulu", "Universal", "Zulu"})
+
+
+def once(text: str, zone: str, now: datetime) -> list[Instant]:
+    """A one-off's instant: run_at (without an offset, in `zone`) as the form reads it; []
+    while it is empty. Raises InvalidSpec naming run_at or timezone."""
+    tz = schedule.load_zone(zone or "UTC")
+    if not text.strip():
+        return []
+    try:
+        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidSpec("run_at", "must be a date and time, e.g. 2026-12-24T18:00") from None
+    at = at.replace(tzinfo=tz) if at.tzinfo is None else at
+    note = ""
+    if at <= now:
+        note = "already past: it runs at once within the catch-up window, else is skipped"
+    return [Instant(utc_iso(at), at.astimezone(tz).isoformat(), "past" if note else None, note)]
