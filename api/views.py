@@ -114,7 +114,7 @@ def run(r: Run) -> dict[str, Any]:
         "attempts": r.attempts,
         "max_attempts": r.max_attempts,
         "run_after": iso(r.run_after),
-        "worker_id": r.lease_owner,
+        "worker_id": r.worker,  # the last attempt's once it ended
         "lease_expires_at": iso(r.lease_expires_at),
         "started_at": iso(r.started_at),
         "finished_at": iso(r.finished_at),

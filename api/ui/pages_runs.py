@@ -22,7 +22,7 @@ from api.ui.guard import PREFIX, redirect
 from api.ui.site import common, render, store
 from supervisor.core import runs
 from supervisor.core.errors import InvalidSpec
-from supervisor.core.model import NAME, NAME_RULE, RunStatus
+from supervisor.core.model import RunStatus
 from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
@@ -54,9 +54,9 @@ def _instant(q: Any, name: str) -> datetime | None:
 
 
 def filters(q: Any) -> RunFilters:
-    job = q.get("job", "").strip()
-    if job and not NAME.fullmatch(job):
-        raise InvalidSpec("job", NAME_RULE)
+    job = q.get("job", "").strip()  # a substring of the name, any case (as the jobs list's)
+    if len(job) > 200:
+        raise InvalidSpec("job", "must be at most 200 characters")
     statuses = tuple(s for s in q.getall("status", []) if s)
     wrong = [s for s in statuses if s not in STATUSES]
     if wrong:
@@ -65,7 +65,7 @@ def filters(q: Any) -> RunFilters:
     if tab not in ("history", "upcoming"):
         raise InvalidSpec("tab", "must be history or upcoming")
     return RunFilters(
-        job_name=job or None,
+        job_text=job or None,
         statuses=statuses,
         scheduled_after=_instant(q, "scheduled_after"),
         scheduled_before=_instant(q, "scheduled_before"),
@@ -109,6 +109,9 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         "notice": f"Requeued {q.get('n', '?')} runs: they are due now."
         if q.get("done") == "requeued_bulk"
         else None,
+        "too_many": f.job_text is not None
+        and len(await s.job_ids_matching(f.job_text, runs.JOB_MATCHES + 1)) > runs.JOB_MATCHES,
+        "job_matches": runs.JOB_MATCHES,
     }
     return render(request, "runs.html", context)
 

@@ -35,6 +35,15 @@ class History(Queries):
         row = await self._fetchrow("get_run_detail", run_id)
         return None if row is None else Run.from_row(row)
 
+    async def job_ids_matching(self, text: str, limit: int) -> list[int]:
+        """Jobs (deleted ones too) whose name holds `text`, any case, first `limit` by name."""
+        return [r["id"] for r in await self._fetch("job_ids_matching", text, limit)]
+
+    async def last_workers(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """The worker of each run's last attempt (runs without one are absent)."""
+        rows = await self._fetch("last_attempt_workers", list(run_ids))
+        return {r["run_id"]: r["worker_id"] for r in rows}
+
     async def list_run_attempts(self, run_id: int) -> list[Attempt]:
         return [Attempt.from_row(r) for r in await self._fetch("list_run_attempts", run_id)]
 

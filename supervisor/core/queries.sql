@@ -951,6 +951,21 @@ WHERE id = $1::text;
 -- runs_job_scheduled_at) and absent bounds are passed as +-infinity so
 -- the generic plan keeps them as index conditions.
 
+-- name: last_attempt_workers
+-- The worker of the last attempt of each of the runs $1 (a page): one backward probe of
+-- run_attempts' primary key per run.
+SELECT r.id AS run_id, a.worker_id
+FROM unnest($1::bigint[]) AS r (id)
+CROSS JOIN LATERAL (
+    SELECT x.worker_id FROM run_attempts x WHERE x.run_id = r.id
+    ORDER BY x.attempt DESC LIMIT 1) a;
+
+-- name: job_ids_matching
+-- The dashboard's job filter: names holding $1 in any case (strpos: no LIKE wildcards),
+-- deleted jobs included as above; the first $2 by name (a scan of jobs, never of runs).
+SELECT id FROM jobs WHERE strpos(lower(name), lower($1::text)) > 0 ORDER BY name, id
+LIMIT $2::int;
+
 -- name: job_ids_by_name
 -- Deleted jobs keep their name in history, so a name may map to several ids.
 SELECT id FROM jobs WHERE name = $1::text ORDER BY id;

@@ -146,6 +146,13 @@ class Run:
     idempotency_key: str | None
     created_at: datetime
     payload: Any = None  # only read with the detail of one run
+    last_worker: str | None = None  # its last attempt's (runs.py fills it in)
+
+    @property
+    def worker(self) -> str | None:
+        """Who runs it now, else who ran its last attempt (an ended attempt clears
+        lease_owner; the attempt keeps the worker)."""
+        return self.lease_owner or self.last_worker
 
     @classmethod
     def from_row(cls, r: Record) -> Run:

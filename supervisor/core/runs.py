@@ -7,7 +7,7 @@ this module picks the index-driven list query that fits them and owns the state 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ FIRST_PAGE: RunKey = (INFINITY, MAX_ID)  # history; the queries clamp it to (now
 FIRST_UPCOMING: RunKey = (MINUS_INFINITY, 0)  # the plan ahead; clamped up to (now(), max id)
 REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
 CANCEL_REASON = "cancelled by the API"
+JOB_MATCHES = 200  # a name substring lists the runs of at most this many jobs (by name)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class RunFilters:
 
     job_id: int | None = None
     job_name: str | None = None
+    job_text: str | None = None  # a substring of the name, any case (the dashboard's filter)
     statuses: tuple[str, ...] = ()
     scheduled_after: datetime | None = None
     scheduled_before: datetime | None = None
@@ -47,6 +49,7 @@ class RunFilters:
         return {
             "job_id": self.job_id,
             "job_name": self.job_name,
+            "job_text": self.job_text,
             "status": sorted(set(self.statuses)),
             "upcoming": self.upcoming,
             **{
@@ -71,12 +74,15 @@ class RunFilters:
 
 async def jobs_filtered(store: Store, f: RunFilters) -> list[int] | None:
     """The job ids the filters allow; None when they do not filter by job."""
-    if f.job_id is None and f.job_name is None:
+    if f.job_id is None and f.job_name is None and f.job_text is None:
         return None
     ids = [f.job_id] if f.job_id is not None else []
     if f.job_name is not None:
         named = await store.job_ids_by_name(f.job_name)
         ids = [i for i in named if f.job_id is None or i == f.job_id]
+    if f.job_text is not None:
+        matching = set(await store.job_ids_matching(f.job_text, JOB_MATCHES))
+        ids = [i for i in ids if i in matching] if f.job_id or f.job_name else sorted(matching)
     return ids
 
 
@@ -100,9 +106,19 @@ async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int)
     if job_ids is not None:
         if not job_ids:
             return []
-        return await store.list_runs_by_job(job_ids, statuses or None, *window)
+        return await _with_workers(
+            store, await store.list_runs_by_job(job_ids, statuses or None, *window)
+        )
     # Across jobs, every list is a merge of per-status ranges: no filter is every status.
-    return await store.list_runs_by_status(statuses or [s.value for s in RunStatus], *window)
+    every = statuses or [s.value for s in RunStatus]
+    return await _with_workers(store, await store.list_runs_by_status(every, *window))
+
+
+async def _with_workers(store: Store, rows: list[Run]) -> list[Run]:
+    """Each ended run's last worker (Run.worker), read for the page's runs only."""
+    ended = [r.id for r in rows if r.lease_owner is None and r.attempts > 0]
+    found = await store.last_workers(ended) if ended else {}
+    return [replace(r, last_worker=found[r.id]) if r.id in found else r for r in rows]
 
 
 async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:
@@ -110,7 +126,10 @@ async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:
     row = await store.get_run_detail(run_id)
     if row is None:
         raise NotFound(f"run {run_id} not found")
-    return row, await store.list_run_attempts(run_id)
+    attempts = await store.list_run_attempts(run_id)
+    if attempts:
+        row = replace(row, last_worker=attempts[-1].worker_id)
+    return row, attempts
 
 
 async def waiting_for(store: Store, run: Run) -> str | None:

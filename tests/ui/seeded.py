@@ -69,5 +69,5 @@ async def seed(store: Store) -> Seeded:
     await store.upsert_worker(WORKER, "host-a", 4711, ["echo"], 8, "1.0.0", 30.0)
     hook = ChannelSpec("ops", "https://hooks.example.com/services/ops", secret=SECRET)
     await channels.test_channel(store, (await channels.create_channel(store, hook)).id)
-    [run_id, *_] = sorted(await factory.run_ids(store, hourly.id))
+    run_id = await factory.sql_value(store, "SELECT min(run_id) FROM run_attempts")
     return Seeded(hourly.id, one_off.id, run_id)
