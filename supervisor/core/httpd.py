@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -44,6 +45,11 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
+def _line(body: Any) -> str:
+    """JSON ending in a newline: `curl /readyz` leaves the shell's prompt on a line of its own."""
+    return json.dumps(body) + "\n"
+
+
 def health_routes(
     ready: Callable[[], Awaitable[Readiness]],
     metrics: Metrics,
@@ -61,13 +67,14 @@ def health_routes(
     """
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive"})
+        return web.json_response({"status": "alive"}, dumps=_line)
 
     async def readyz(request: web.Request) -> web.Response:
         allowed = details(request)
         if allowed is None:
             return web.json_response(
                 {"status": "unauthorized", "detail": "Authorization: the token is not valid"},
+                dumps=_line,
                 status=401,
                 headers={"WWW-Authenticate": 'Bearer realm="punchclock", error="invalid_token"'},
             )
@@ -75,7 +82,8 @@ def health_routes(
         if local_details is not None:
             body.update(local_details())
         status = 200 if ok else 503
-        return web.json_response(body if allowed else public_view(ok, body), status=status)
+        body = body if allowed else public_view(ok, body)
+        return web.json_response(body, status=status, dumps=_line)
 
     async def metrics_(_: web.Request) -> web.Response:
         if before_scrape is not None:

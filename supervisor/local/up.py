@@ -5,13 +5,21 @@ demo jobs, then runs the API and, once it listens, one supervisor, as child proc
 demo's health check runs at the next minute and must find the API). Ctrl-C drains and
 stops everything; if `up` itself is killed, watchdog processes (watchdog.py) stop its children
 the same way (SIGTERM, SIGKILL if they outlast the drain) and the database.
+
+The terminal keeps the banner, warnings and failed runs: the API's access log goes to a file
+(upapi.py). SIGHUP is passed on to the supervisor (it reloads its handlers), unless the
+terminal `up` started in has hung up: then `up` stops as for Ctrl-C. One `up` at a time holds
+an embedded data directory (`<data dir>.up`, with its pid): a second says so at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from api.client import DEFAULT_URL as DEFAULT_API_URL
 from supervisor import parentwatch
 from supervisor.core import jobs
 from supervisor.core.config import Config, parse_listen
@@ -31,6 +40,7 @@ from supervisor.core.migrator import migrate
 from supervisor.core.planning import PlanLimits
 from supervisor.core.secretfile import ensure_dir, generated_admin_token, state_dir
 from supervisor.core.store import Store
+from supervisor.local.pgbin import IncompatibleDataDir, PgServerError
 from supervisor.local.plumbing import WaitTimeout, wait_until_blocking
 from supervisor.local.watchdog import watch_line
 
@@ -38,6 +48,8 @@ _WAYS_OUT = (
     "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "
     "install PostgreSQL {major}'s server, or remove {data_dir} (its data is lost)"
 )
+
+ACCESS_LOG = "api-access.log"  # in the state directory, beside admin-token
 
 # How long the supervisor waits for the API to listen before it starts anyway (the API is
 # not needed to run jobs; only the demo's health check calls it).
@@ -66,11 +78,43 @@ DEMO_JOBS: list[dict[str, Any]] = [
 
 def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     # Own session: Ctrl-C reaches `up` alone, which then stops the children in order.
-    return subprocess.Popen(argv, env=env, start_new_session=True)
+    # SIGHUP ignored until the child installs its own handler (the supervisor: a reload);
+    # a forwarded one that came earlier would have ended it. Ours is restored at once.
+    ours = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        return subprocess.Popen(argv, env=env, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGHUP, ours)
 
 
 class DatabaseUnreachable(PunchclockError):
     """`up` could not connect to its database (refused, unknown database, bad password)."""
+
+
+class AlreadyUp(PgServerError):
+    """Another `punchclock up` runs on this data directory."""
+
+
+def _hold_data_dir(data_dir: Path) -> int:
+    """Lock `<data_dir>.up` for this `up` and write our pid in it; the fd (closed: released).
+
+    The embedded server's own lock waits (a watchdog may still be stopping a server there);
+    this one answers at once, naming the `up` that holds it."""
+    path = data_dir.with_name(data_dir.name + ".up")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise AlreadyUp(
+            f"another punchclock up (pid {holder}) is running on {data_dir}: stop it "
+            "(Ctrl-C in its terminal), or start this one with --data-dir DIR and --api-listen"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 async def _prepare(dsn: str, api: str, demo: bool) -> list[str]:
@@ -109,37 +153,38 @@ def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> i
 
     Everything `up` keeps (the admin token; by default the embedded cluster and its password
     file) is in this user's state directory (secretfile.state_dir), checked before use."""
-    from supervisor.local.pgbin import IncompatibleDataDir
     from supervisor.local.pgserver import LocalPostgres
 
     # Before anything else: the API child finds the same token there (no secret in its env).
     token_file = None if cfg.api_tokens else generated_admin_token()[0]
-    server = None
+    banner = _Banner(token_file, ensure_dir(state_dir()) / ACCESS_LOG)
     dsn = cfg.database_url
-    if not dsn:
-        data_dir = data_dir or ensure_dir(state_dir()) / "pg"
-        print(f"starting embedded PostgreSQL in {data_dir} ...", flush=True)
-        server = LocalPostgres(data_dir, persistent=True)
-        try:
-            dsn = server.start()
-        except IncompatibleDataDir as exc:
-            raise IncompatibleDataDir(exc.data_dir, exc.major, exc.found, _WAYS_OUT) from None
+    embedded = None if dsn else (data_dir or ensure_dir(state_dir()) / "pg").absolute()
+    held = None if embedded is None else _hold_data_dir(embedded)
+    server = None
     try:
+        if embedded is not None:
+            print(f"starting embedded PostgreSQL in {embedded} ...", flush=True)
+            server = LocalPostgres(embedded, persistent=True)
+            try:
+                dsn = server.start()
+            except IncompatibleDataDir as exc:
+                raise IncompatibleDataDir(exc.data_dir, exc.major, exc.found, _WAYS_OUT) from None
         host, port = parse_listen(cfg.api_listen)
         api = f"{host}:{port}"
-        created = asyncio.run(_prepare(dsn, api, demo))
+        banner.created = asyncio.run(_prepare(dsn, api, demo))
         # Configured api_tokens win (the API child reads the same configuration); else the API
         # child serves the generated token, reading it from token_file itself.
-        return _run_children(cfg, dsn, api, token_file, created)
+        return _run_children(cfg, dsn, api, banner)
     finally:
         if server is not None:
             server.stop()
             print("embedded PostgreSQL stopped", flush=True)
+        if held is not None:
+            os.close(held)  # last, as the server's own lock
 
 
-def _run_children(
-    cfg: Config, dsn: str, api: str, token_file: Path | None, created: list[str]
-) -> int:
+def _run_children(cfg: Config, dsn: str, api: str, banner: _Banner) -> int:
     handlers = list(cfg.handlers) or [str(resources.files("handlers"))]
     env = {**os.environ, "PUNCHCLOCK_DATABASE_URL": dsn, "PUNCHCLOCK_API_LISTEN": api}
     base = [sys.executable, "-m", "supervisor"]
@@ -159,19 +204,28 @@ def _run_children(
         return child
 
     stop = {"signal": 0}
+    had_terminal = _has_terminal()
 
     def on_signal(signum: int, _: Any) -> None:
         stop["signal"] = signum
 
+    def on_hangup(signum: int, _: Any) -> None:
+        if had_terminal and not _has_terminal():  # our terminal closed: stop, as it used to
+            stop["signal"] = signum
+        elif (sup := children.get("supervisor")) is not None and sup.poll() is None:
+            sup.send_signal(signal.SIGHUP)  # `punchclock supervise` reloads its handlers
+
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
-        api_proc = start("api", [*base, "api"])
+        access = [sys.executable, "-m", "supervisor.local.upapi", str(banner.access_log)]
+        api_proc = start("api", [*access, "api"])
         # The supervisor once the API listens: the demo's health check, due at the next
         # minute, found it not yet listening (exit 75, a failed first attempt in the demo).
         _wait_listening(api, api_proc, lambda: bool(stop["signal"]))
         if not stop["signal"] and api_proc.poll() is None:
             start("supervisor", supervise)
-            _banner(api, token_file, created, handlers)
+            banner.show(api, handlers)
         failed = None
         while not stop["signal"] and failed is None:
             failed = next((n for n, p in children.items() if p.poll() is not None), None)
@@ -187,7 +241,7 @@ def _run_children(
                 p.kill()
                 p.wait()
         if failed is not None:
-            print(f"punchclock up: {failed} exited with status {children[failed].returncode}")
+            print(f"punchclock up: {failed} {exit_text(children[failed].returncode)}", flush=True)
             return 1
         return 0
     finally:
@@ -223,25 +277,66 @@ def _close(watchdog: subprocess.Popen[bytes]) -> None:
         watchdog.wait(1)
 
 
-def _banner(api: str, token_file: Path | None, created: list[str], handlers: list[str]) -> None:
-    # The file, not the token: scrollback and captured output are not secret stores.
-    where = f"in {token_file}" if token_file else "one of your api_tokens"
-    token = f"$(cat {token_file})" if token_file else "$TOKEN"
-    print(
-        f"""
+def exit_text(returncode: int) -> str:
+    """How a child ended: "exited with status 3", "was killed by SIGKILL"."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+
+
+def _has_terminal() -> bool:
+    """Whether this process still has a controlling terminal (none once it hung up)."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+def cli_command() -> str:
+    """How to run `punchclock` the way this `up` was run: a bare `punchclock` only when that
+    is this installation's on PATH (from a clone it is `.venv/bin/punchclock`, not on PATH)."""
+    script = Path(sys.executable).parent / "punchclock"
+    if not script.exists():
+        return f"{shlex.quote(sys.executable)} -m supervisor"
+    found = shutil.which("punchclock")
+    if found and os.path.samefile(found, script):
+        return "punchclock"
+    return shlex.quote(str(script))
+
+
+class _Banner:
+    def __init__(self, token_file: Path | None, access_log: Path) -> None:
+        self.token_file, self.access_log = token_file, access_log
+        self.created: list[str] = []  # the demo jobs this start created
+
+    def show(self, api: str, handlers: list[str]) -> None:
+        print(self.text(api, handlers), flush=True)
+
+    def text(self, api: str, handlers: list[str]) -> str:
+        # The file, not the token: scrollback and captured output are not secret stores.
+        token_file = self.token_file
+        where = f"stored in {token_file}" if token_file else "one of your api_tokens"
+        token = f"$(cat {token_file})" if token_file else "$TOKEN"
+        url = f"http://{api}"
+        flag = "" if url == DEFAULT_API_URL else f" --api-url {url}"
+        return f"""
 punchclock is up.
-  dashboard    http://{api}/ui/            (log in with the admin token)
-  API          http://{api}/v1/jobs        (OpenAPI: http://{api}/openapi.json)
-  metrics      http://{api}/metrics        readiness: http://{api}/readyz
+  dashboard    {url}/ui/            (log in with the admin token)
+  API          {url}/v1/jobs        (OpenAPI: {url}/openapi.json)
+  metrics      {url}/metrics        readiness: {url}/readyz
   admin token  {where}
+  access log   {self.access_log}
   handlers     {", ".join(handlers)}
-  demo jobs    {", ".join(created) or "(already present)"}
+  demo jobs    {", ".join(self.created) or "(already present)"}
 
 Try:
-  curl -s -H "Authorization: Bearer {token}" http://{api}/v1/runs?limit=5
-  punchclock runs list --api-url http://{api}
+  curl -s -H "Authorization: Bearer {token}" "{url}/v1/runs?limit=5"
+  {cli_command()} runs list{flag}
 
+Here: warnings and failed runs (the API's requests go to the access log).
 Ctrl-C stops everything.
-""",
-        flush=True,
-    )
+"""

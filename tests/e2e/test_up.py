@@ -1,10 +1,13 @@
 """`punchclock up` with a database URL: supervisor + API come up, demo jobs run, Ctrl-C stops all;
-a killed `up` leaves nothing running."""
+a killed `up` leaves nothing running. Its terminal keeps the banner (the access log goes to a
+file), its CLI line works from a clone, SIGHUP reaches the supervisor, a child killed by a
+signal is named so, and a second `up` on a data directory says at once who holds it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from supervisor.core.store import Store
+from supervisor.local.up import _hold_data_dir
 
 from ..api_support import http
 from ..factory import count
@@ -30,14 +34,21 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
     return status, json.loads(raw) if status < 400 else {}
 
 
-def _start_up(dsn: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
     env["PUNCHCLOCK_STATE_DIR"] = str(tmp_path / "state")  # where the admin token lands
+    # As from a fresh clone: the venv's bin is not on PATH.
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    return env
+
+
+def _start_up(dsn: str, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    env = _env(tmp_path)
     with (tmp_path / "up.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
              "--api-listen", f"127.0.0.1:{port}"],
-            cwd=ROOT, env=env, stdout=log, stderr=log,
+            cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
 
 
@@ -132,3 +143,87 @@ def test_up_on_a_database_it_cannot_reach_says_so(dsn: str) -> None:
     assert "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert "cannot connect to the database" in line and "punchclock_no_such_database" in line
+
+
+def _banner_line(log: Path, start: str) -> str:
+    return next(
+        line.strip() for line in log.read_text().splitlines() if line.strip().startswith(start)
+    )
+
+
+async def test_up_keeps_its_terminal_readable_and_prints_a_cli_line_that_works(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The access log goes to a file the banner names (the terminal had a line per request,
+    and the banner scrolled away); the banner's `runs list` line runs as printed with the
+    venv's bin off PATH; /readyz's body ends in a newline (`curl` left the prompt after it)."""
+    port = free_port()
+    proc = _start_up(dsn, tmp_path, port)
+    log = tmp_path / "up.log"
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_for(lambda: "punchclock is up" in log.read_text(), 30, "the banner")
+        _, _, raw = http(f"{base}/readyz")
+        assert raw.endswith(b"}\n"), raw
+        access = Path(_banner_line(log, "access log").split(None, 2)[2])
+        assert access == tmp_path / "state" / "api-access.log"
+        assert "stored in " + str(tmp_path / "state" / "admin-token") in log.read_text()
+
+        def logged_readyz() -> bool:
+            return access.exists() and '"path": "/readyz"' in access.read_text()
+
+        await wait_for(logged_readyz, 10, "the access log line")
+        command = shlex.split(_banner_line(log, str(ROOT / ".venv")))
+        assert command[1:] == ["runs", "list", "--api-url", base], command
+        out = subprocess.run(
+            command, env=_env(tmp_path), capture_output=True, text=True, timeout=60, check=False
+        )
+        assert out.returncode == 0 and out.stdout.startswith(("ID", "no runs")), out
+        await wait_for(lambda: access.read_text().count('"path": "/v1/runs"') >= 1, 10, "/v1/runs")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, log.read_text()[-3000:]
+        assert "http_request" not in log.read_text(), "no access line on the terminal"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_up_passes_sighup_to_the_supervisor_and_names_a_killing_signal(
+    dsn: str, tmp_path: Path
+) -> None:
+    """SIGHUP killed `up` (and its message said "status -1" for a signalled child): now the
+    supervisor gets it and reloads, `up` stays; a supervisor killed by SIGKILL is named so."""
+    port = free_port()
+    proc = _start_up(dsn, tmp_path, port)
+    log = tmp_path / "up.log"
+    try:
+        await wait_for(lambda: "supervisor_started" in log.read_text(), 30, "the supervisor")
+        proc.send_signal(signal.SIGHUP)
+        await wait_for(lambda: '"event": "reloaded"' in log.read_text(), 30, "the reload")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        sup = next(c for c in psutil.Process(proc.pid).children() if "supervise" in c.cmdline())
+        sup.kill()
+        assert proc.wait(30) == 1
+        assert "punchclock up: supervisor was killed by SIGKILL" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_up_on_a_data_directory_says_at_once_who_holds_it(tmp_path: Path) -> None:
+    """It waited silently for up to 60 s on the server's lock: now it names the pid."""
+    data_dir = tmp_path / "pg"
+    held = _hold_data_dir(data_dir)  # as the first `up` holds it, from this process
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "supervisor", "up", "--data-dir", str(data_dir)],
+            cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=20,
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(held)
+    assert out.returncode == 1, out
+    assert f"another punchclock up (pid {os.getpid()}) is running on {data_dir}" in out.stderr
+    assert "Traceback" not in out.stderr and not data_dir.exists(), "no server was started"
