@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import os
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from supervisor import cgroups, isolation
 from supervisor.cgroups import Limits
@@ -29,6 +29,7 @@ _KEYS = {
     "cgroup", *cgroups.LIMIT_KEYS, *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
 }  # fmt: skip
 CGROUP_MODES = ("handler", "all", "off")  # the supervisor-wide `cgroups` setting
+_T = TypeVar("_T")
 _IGNORED_SUFFIXES = {".md", ".txt", ".toml", ".pyc"}
 
 
@@ -66,10 +67,57 @@ class Registry:
     handlers: dict[str, Handler] = field(default_factory=dict)
     rejected: list[Rejected] = field(default_factory=list)
     cgroup_host: cgroups.Host | None = None  # where runs get their cgroup, when any does
+    # Types a reload removed: still runnable for runs claimed before it, never offered.
+    retiring: frozenset[str] = frozenset()
+    # Reads handler paths again as load_registry did (same host view); None: built by hand.
+    loader: Callable[[Sequence[str]], Registry] | None = field(default=None, repr=False)
 
     @property
     def types(self) -> list[str]:
-        return sorted(self.handlers)
+        """What this host offers: claims and advertises."""
+        return sorted(t for t in self.handlers if t not in self.retiring)
+
+    def reload(self, paths: Sequence[str]) -> Registry:
+        """`paths` read again with this registry's view of the host (its cgroups as prepared
+        at start-up): a new registry, this one untouched."""
+        if self.loader is None:
+            raise RuntimeError("this registry was not loaded from files")
+        return self.loader(paths)
+
+    def problems_new_in(self, new: Registry) -> list[Rejected]:
+        """Entries `new` rejects that this one did not: what refuses a reload. A problem
+        the host started with (and runs without) does not block every reload after it."""
+        known = set(self.rejected)
+        return [r for r in new.rejected if r not in known]
+
+    def succeeded_by(self, new: Registry, in_flight: Collection[str]) -> Registry:
+        """`new`, keeping this registry's handlers of the types it drops that still have
+        runs here (`in_flight`) or that a claim sent before the reload may still return:
+        those finish with the handler they were claimed under."""
+        keep = {
+            t: h
+            for t, h in self.handlers.items()
+            if t not in new.handlers and (t not in self.retiring or t in in_flight)
+        }
+        if not keep:
+            return new
+        return replace(
+            new,
+            handlers={**new.handlers, **keep},
+            retiring=frozenset(keep),
+            cgroup_host=new.cgroup_host or self.cgroup_host,
+        )
+
+    def changes(self, new: Registry) -> dict[str, list[str]]:
+        """The offered types `new` adds, removes and changes (their definitions differ)."""
+        old_types, new_types = set(self.types), set(new.types)
+        return {
+            "added": sorted(new_types - old_types),
+            "removed": sorted(old_types - new_types),
+            "changed": sorted(
+                t for t in old_types & new_types if self.handlers[t] != new.handlers[t]
+            ),
+        }
 
     def add(self, handler: Handler) -> None:
         if handler.type in self.handlers:
@@ -82,7 +130,7 @@ class Registry:
 
 
 def load_registry(
-    paths: list[str] | tuple[str, ...],
+    paths: Sequence[str],
     *,
     switch_problem: Callable[[], str | None] = isolation.identity_switch_problem,
     environ: Mapping[str, str] = os.environ,
@@ -97,10 +145,18 @@ def load_registry(
     can; `cgroup = false` opts out), `off` (none: such handlers are rejected)."""
     if cgroups_mode not in CGROUP_MODES:
         raise ValueError(f"cgroups must be one of {', '.join(CGROUP_MODES)}, not {cgroups_mode!r}")
-    reg = Registry()
-    host = _Host(
-        functools.cache(switch_problem), environ, functools.cache(cgroup_host), cgroups_mode, euid
+    switch_problem, cgroup_host = _once(switch_problem), _once(cgroup_host)
+    reg = Registry(
+        loader=lambda again: load_registry(
+            again,
+            switch_problem=switch_problem,
+            environ=environ,
+            cgroup_host=cgroup_host,
+            cgroups_mode=cgroups_mode,
+            euid=euid,
+        )
     )
+    host = _Host(switch_problem, environ, cgroup_host, cgroups_mode, euid)
     for p in paths:
         path = Path(p)
         if path.is_dir():
@@ -112,6 +168,11 @@ def load_registry(
     if any(h.cgroup for h in reg.handlers.values()):
         reg.cgroup_host = host.cgroup_host()
     return reg
+
+
+def _once(ask: Callable[[], _T]) -> Callable[[], _T]:
+    """`ask`, asked once (a reload's loader passes it on already cached)."""
+    return ask if hasattr(ask, "cache_info") else functools.cache(ask)
 
 
 @dataclass(frozen=True)
