@@ -1,4 +1,5 @@
-"""systemd's notify protocol (READY=1, WATCHDOG=1, STATUS=..., STOPPING=1) without libsystemd.
+"""systemd's notify protocol (READY=1, RELOADING=1, WATCHDOG=1, STATUS=..., STOPPING=1) without
+libsystemd.
 
 A no-op when NOTIFY_SOCKET is unset, so the same code runs under systemd and anywhere else.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 
 class Notifier:
@@ -40,6 +42,12 @@ class Notifier:
 
     def ready(self, status: str) -> bool:
         return self.send("READY=1", f"STATUS={status}", f"MAINPID={os.getpid()}")
+
+    def reloading(self) -> bool:
+        """A reload (SIGHUP) begins; ready() ends it. systemd wants the monotonic clock with
+        it (sd_notify(3)), to tell this reload from an earlier one."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send("RELOADING=1", f"MONOTONIC_USEC={usec}", "STATUS=reloading")
 
     def status(self, status: str) -> bool:
         return self.send(f"STATUS={status}")

@@ -86,6 +86,10 @@ class Fleet(Queries):
         }
         return Beat(seats, tuple(row["duties"]), max(0, int(row["free"])))
 
+    async def offer_types(self, worker_id: str, types: Sequence[str]) -> None:
+        """The worker row's types after a reload."""
+        await self._execute("offer_types", worker_id, list(types))
+
     async def take_census(self) -> int:
         """Workers whose seats changed."""
         return int((await self._execute("take_census")).split()[-1])

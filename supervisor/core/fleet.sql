@@ -41,6 +41,11 @@ SELECT (SELECT seats FROM me) AS seats,
        (SELECT count(*) FROM duties WHERE expires_at <= now())::int
            - (SELECT count(*) FROM taken)::int AS free;
 
+-- name: offer_types
+-- A reload changed what this host offers (app.py): its worker row, as the fleet, the API and
+-- the dashboard read it; the next census seats it for the new types.
+UPDATE workers SET types = $2::text[] WHERE id = $1::text;
+
 -- name: take_census
 -- Seats every live worker per offered type, in a stable order (md5 of worker and type, so
 -- seats do not cluster on one host across types), and writes only the rows that changed.
