@@ -5,7 +5,7 @@ Shutdown (first SIGTERM/SIGINT) runs the phases in SHUTDOWN, each logged as
 finish within the drain timeout while leases are still renewed) -> release (kill what is
 left, give it back without consuming an attempt) -> flush completions -> stop upkeep
 (heartbeater, fence watch); then the worker is marked stopped and the pool closed. A second
-signal cuts the drain short.
+signal cuts the drain short. SIGHUP reloads the handlers and the live settings (reload.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ from supervisor.executor import Executor
 from supervisor.keeper import Keeper
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
+from supervisor.reload import Reloader, describe
 from supervisor.sdnotify import Notifier
 
 log = logging.getLogger("punchclock.supervisor")
@@ -51,13 +53,24 @@ STATEMENT_FLOOR = 5.0
 
 
 class Supervisor:
-    def __init__(self, cfg: Config, registry: Registry, *, auto_migrate: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        registry: Registry,
+        *,
+        auto_migrate: bool = False,
+        read_config: Callable[[], Config] | None = None,
+    ) -> None:
+        """`read_config`: the configuration read again, as at start-up, on SIGHUP (None: the
+        settings stay, the handler paths are read again)."""
         self.cfg = cfg
         self.registry = registry
         self.auto_migrate = auto_migrate
+        self.read_config = read_config or (lambda: self.cfg)
         self.owner = cfg.effective_worker_id
         self.stopping = asyncio.Event()
         self.hurry = asyncio.Event()
+        self.reload_asked = asyncio.Event()  # SIGHUP: one reload however many signals
         self.orphans = Orphans()
 
     def request_stop(self) -> None:
@@ -139,6 +152,9 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        # Before anything else: SIGHUP's default action ends the process. One that comes
+        # before the services run is served once they do.
+        loop.add_signal_handler(signal.SIGHUP, self.reload_asked.set)
         pool = await self._connect()
         store = Store(pool)
         try:
@@ -220,7 +236,18 @@ class Supervisor:
             )
             side_door = await start_side_door(host, port, routes)
         notifier = Notifier()
-        notifier.ready(f"supervising {', '.join(types) or 'nothing'}")
+        notifier.ready(describe(types))
+        reloader = Reloader(
+            cfg,
+            self.registry,
+            sv,
+            store,
+            owner=self.owner,
+            asked=self.reload_asked,
+            read_config=self.read_config,
+            notifier=notifier,
+            on_applied=self._applied,
+        )
         try:
             async with asyncio.TaskGroup() as tg:
                 running = _Running(
@@ -229,7 +256,9 @@ class Supervisor:
                     completer=tg.create_task(sv.executor.completer.run(sv.completer_stop)),
                 )
                 watchdog = tg.create_task(self._watchdog(notifier, sv.executor))
+                reloads = tg.create_task(reloader.run())
                 await self.stopping.wait()
+                reloads.cancel()  # a reload half done changed nothing yet, or is applied
                 notifier.stopping()
                 started = time.monotonic()
                 report: dict[str, Any] = {}
@@ -258,6 +287,9 @@ class Supervisor:
         with contextlib.suppress(*DB_ERRORS):
             await store.stop_worker(self.owner)
         return 0
+
+    def _applied(self, cfg: Config, registry: Registry) -> None:
+        self.cfg, self.registry = cfg, registry
 
     async def _watchdog(self, notifier: Notifier, executor: Executor) -> None:
         """WATCHDOG=1 from the event loop itself: a stuck loop stops the pings."""

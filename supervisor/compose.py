@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 
 from supervisor import lease
@@ -41,6 +41,31 @@ from supervisor.registry import Registry
 # precision, long against the life of a trivial child. Measured with /bin/true (bench/):
 # claims of 8 instead of 1-2 runs cut the database's CPU per run by half.
 REFILL_WAIT = 0.005
+# The settings a reload (SIGHUP) applies (DESIGN.md, Reload): each is read afresh by every
+# pass or spawn, or only at shutdown. A change to any other is logged as needing a restart
+# and not applied (the pool, the worker id, lease_ttl, concurrency, the side door, ...).
+LIVE_SETTINGS = (
+    "handlers",
+    "log_level",
+    "drain_timeout",
+    "kill_grace",
+    "output_limit",
+    "misfire_grace",
+    "poll_interval",
+    "poll_gap",
+)
+
+
+def reloaded_config(old: Config, new: Config) -> tuple[Config, list[str], list[str]]:
+    """`old` with `new`'s live settings; the live settings that changed, and the others that
+    changed (needing a restart, left as they were)."""
+    differ = [f.name for f in fields(Config) if getattr(old, f.name) != getattr(new, f.name)]
+    live = [n for n in differ if n in LIVE_SETTINGS]
+    return (
+        replace(old, **{n: getattr(new, n) for n in live}),
+        live,
+        [n for n in differ if n not in LIVE_SETTINGS],
+    )
 
 
 def build_services(
@@ -242,6 +267,19 @@ class Services:
     census: Census
     tails: LiveTail | None  # None: live_output_interval = 0
     completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def apply(self, cfg: Config, registry: Registry) -> None:
+        """A reload's handlers and live settings, all at once (no await: no pass sees half
+        of them). Children running keep what they started with; the claimer claims from
+        the start, now, for the types it offers from here on."""
+        ex, claimer = self.executor, self.claimer
+        ex.registry = registry
+        ex._envs.clear()  # each type's environment is derived from its handler once, cached
+        ex.kill_grace, ex.output_limit = cfg.kill_grace, cfg.output_limit
+        claimer.types = registry.types
+        claimer.misfire_grace = cfg.misfire_grace
+        claimer.poll_interval, claimer.poll_gap = cfg.poll_interval, cfg.poll_gap
+        claimer.notified()
 
     @property
     def intake(self) -> list[Loop]:

@@ -36,7 +36,7 @@ DAEMON = {
     "orphans", "outbound", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
-TOP = {"__init__", "__main__", "app", "checks", "cli", "compose", "instruments"}
+TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments", "reload"}
 
 
 def _module(path: Path) -> str:
