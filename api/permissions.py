@@ -82,6 +82,8 @@ TABLE: Final[dict[tuple[str, str], str]] = {
     ("GET", "/ui/runs/requeue"): READ,  # the count; the POST moves them
     ("GET", _UI_JOB + "/backfill"): READ,  # the dry run; the POST backfills
     ("POST", "/ui/runs/requeue"): OPERATOR,
+    ("GET", _UI_JOB + "/payload"): OPERATOR,  # can_see_payloads: never a read session
+    ("GET", _UI_RUN + "/payload"): OPERATOR,
     ("POST", _UI_JOB + "/backfill"): OPERATOR,
     ("POST", _UI_JOB + "/pause"): OPERATOR,
     ("POST", _UI_JOB + "/resume"): OPERATOR,

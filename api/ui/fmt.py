@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -95,6 +97,23 @@ def cron_words(cron: str | None) -> str:
 
 def percent(part: float | None) -> str:
     return "—" if part is None else f"{part * 100:.0f}%"
+
+
+SHOWN = 4096  # characters of a payload a page shows; the whole is a download
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A payload as a page shows it: its JSON, cut after SHOWN characters."""
+
+    text: str
+    cut: bool
+    size: int  # bytes of the whole JSON
+
+
+def payload(value: Any) -> Payload:
+    text = json.dumps(value, indent=2, sort_keys=True)
+    return Payload(text[:SHOWN], len(text) > SHOWN, len(text.encode()))
 
 
 FILTERS: dict[str, Any] = {

@@ -13,9 +13,9 @@ from aiohttp import web
 
 from api import cursor
 from api.auth import sees_payloads
-from api.ui import svg
+from api.ui import fmt, svg
 from api.ui.fmt import utc
-from api.ui.guard import PREFIX
+from api.ui.guard import PREFIX, Refused
 from api.ui.pages_jobs import _notice as jobs_notice
 from api.ui.site import dash, render, store
 from supervisor.core import runs, schedule
@@ -59,9 +59,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "instants": instants,
         "problem": problem,
         "reason": job.pause_reason,
-        "payload": json.dumps(job.spec.payload, indent=2, sort_keys=True)
-        if sees_payloads(request)
-        else None,
+        "payload": fmt.payload(job.spec.payload) if sees_payloads(request) else None,
         "ping_destination": destination(job.spec.ping_url) if job.spec.ping_url else None,
         "back": request.path,
         "notice": _notice(request),
@@ -70,6 +68,26 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         **await _runs_page(request, job_id),
     }
     return render(request, "job.html", context)
+
+
+@routes.get(r"/jobs/{id:[0-9]{1,18}}/payload")
+async def job_payload(request: web.Request) -> web.StreamResponse:
+    """The whole payload as a JSON download (the page shows fmt.SHOWN characters of it)."""
+    job_id = int(request.match_info["id"])
+    job = await store(request).get_job(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found (it may have been deleted)")
+    return payload_download(request, job.spec.payload, f"job-{job_id}-payload.json")
+
+
+def payload_download(request: web.Request, value: Any, filename: str) -> web.Response:
+    if not sees_payloads(request):  # permissions.TABLE lists the route for operators too
+        raise Refused(403, "Payloads are withheld from read sessions.")
+    return web.Response(
+        text=json.dumps(value, indent=2, sort_keys=True),
+        content_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
 def _notice(request: web.Request) -> str | None:

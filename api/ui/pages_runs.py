@@ -17,8 +17,9 @@ from aiohttp import web
 
 from api import cursor
 from api.auth import sees_payloads
-from api.ui import live
+from api.ui import fmt, live
 from api.ui.guard import PREFIX, redirect
+from api.ui.pages_job import payload_download
 from api.ui.site import common, render, store
 from supervisor.core import runs
 from supervisor.core.errors import InvalidSpec
@@ -129,6 +130,7 @@ def _view(request: web.Request, state: live.RunState) -> dict[str, Any]:
     status = str(row.status)
     return {
         "run": row,
+        "payload": None if row.payload is None else fmt.payload(row.payload),
         "status": status,
         "attempts": list(reversed(state.attempts)),
         "now": state.now,
@@ -144,6 +146,14 @@ async def run_detail(request: web.Request) -> web.StreamResponse:
     run_id = int(request.match_info["id"])
     context = await _run_context(request, run_id)
     return render(request, "run.html", {**context, "notice": _notice(request, run_id)})
+
+
+@routes.get(RUN + "/payload")
+async def run_payload(request: web.Request) -> web.StreamResponse:
+    """The run's own payload as a JSON download (the page shows fmt.SHOWN characters)."""
+    run_id = int(request.match_info["id"])
+    row, _ = await runs.run_detail(store(request), run_id)
+    return payload_download(request, row.payload, f"run-{run_id}-payload.json")
 
 
 @routes.get(RUN + "/live")

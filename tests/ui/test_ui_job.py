@@ -34,7 +34,7 @@ async def test_timeline_marks_every_run_and_planned_instant(ui_reader: Ui, store
     chart = html[html.index('id="durations"') :]
     chart = chart[: chart.index("</svg>")]
     assert chart.count("<rect") == 5 and "succeeded in 2 s" in chart  # ended runs, not skipped
-    assert chart.count("dead in 2 s") == 1
+    assert chart.count("dead in 2 s</title>") == 1  # (and in its link's aria-label)
 
 
 async def test_runs_in_keyset_pages(ui_admin: Ui, store: Store) -> None:
