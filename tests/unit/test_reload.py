@@ -154,3 +154,11 @@ async def test_a_config_error_changes_nothing(
     assert services.applied == [] and seen == []
     [failed] = [r for r in caplog.records if r.getMessage() == "reload_failed"]
     assert "punchclock.toml: Expected" in failed.__dict__[_FIELDS]["reason"]
+
+
+def test_the_supervisor_unit_reloads_with_sighup() -> None:
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    unit = (deploy / "punchclock-supervisor.service").read_text()
+    assert "\nExecReload=/bin/kill -HUP $MAINPID\n" in unit and "\nType=notify\n" in unit
+    # The API ends on SIGHUP: its unit must not offer a reload that would stop it.
+    assert "ExecReload=" not in (deploy / "punchclock-api.service").read_text()
