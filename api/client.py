@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from api import client_format as fmt
+from api.client_colour import for_terminal, use_colour
 from api.client_http import EXIT_OK, EXIT_USAGE, ApiClient, ClientError
-from supervisor.core.log import terminal_safe
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 STATUSES = ["scheduled", "running", "succeeded", "failed", "dead", "cancelled", "skipped"]
@@ -88,7 +88,7 @@ def _out(args: argparse.Namespace, data: Any, render: Any) -> int:
     if args.json:
         print(json.dumps(data, indent=2))  # JSON escapes every control character itself
     else:  # handlers write output tails and errors: no escape reaches the terminal raw
-        print(terminal_safe(render(data)))
+        print(for_terminal(render(data), use_colour(sys.stdout)))
     return EXIT_OK
 
 
@@ -275,9 +275,17 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--timeout", type=float, help="seconds, 1 to 604800 (default 1 h)")
     p.add_argument("--retry-base", type=float, help="retry backoff base, seconds")
     p.add_argument("--retry-cap", type=float, help="retry backoff cap, seconds")
-    p.add_argument("--catchup", choices=["latest", "all", "none"])
+    p.add_argument(
+        "--catchup",
+        choices=["latest", "all", "none"],
+        help="instants missed while no host ran it: run the latest, all, or none (skipped)",
+    )
     p.add_argument("--catchup-window", type=float, help="seconds")
-    p.add_argument("--overlap", choices=["allow", "skip", "wait"])
+    p.add_argument(
+        "--overlap",
+        choices=["allow", "skip", "wait"],
+        help="when the previous run still runs: start anyway, skip this one, or wait",
+    )
     p.add_argument("--max-concurrent", type=int, help="its runs at once on all hosts, 1-1000")
     p.add_argument("--concurrency-group", help="the concurrency group it joins ('': none)")
     p.add_argument(
@@ -290,7 +298,12 @@ def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     if create:
         p.add_argument("--paused", action="store_true", default=None, help="create paused")
     else:
-        p.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
+        p.add_argument(
+            "--paused",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="pause (--paused) or resume (--no-paused)",
+        )
 
 
 def _run_filter_flags(p: argparse.ArgumentParser) -> None:
@@ -304,9 +317,14 @@ def register_client_commands(sub: Any) -> None:
     jobs = sub.add_parser("jobs", help="manage jobs through the API")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="SUBCOMMAND")
     p = _leaf(jsub, "list", "list jobs", jobs_list)
-    p.add_argument("--type")
-    p.add_argument("--paused", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--name-prefix")
+    p.add_argument("--type", help="only jobs of this handler type")
+    p.add_argument(
+        "--paused",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only paused (--paused) or unpaused (--no-paused) jobs",
+    )
+    p.add_argument("--name-prefix", help="only jobs whose name starts with this")
     p.add_argument("--limit", type=int, help="page size, 1-500 (default 100)")
     p.add_argument("--cursor", help="next_cursor of a previous page")
     p.add_argument("--all", action="store_true", help="follow every page")
@@ -345,13 +363,13 @@ def register_client_commands(sub: Any) -> None:
     p.add_argument("--cursor", help="next_cursor of a previous page")
     p.add_argument("--all", action="store_true", help="follow every page")
     p = _leaf(rsub, "show", "show a run with all its attempts", runs_show)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=int, help="run id")
     p = _leaf(rsub, "requeue", "requeue a dead or failed run (or --bulk)", runs_requeue)
-    p.add_argument("run", type=int, nargs="?")
+    p.add_argument("run", type=int, nargs="?", help="run id")
     p.add_argument("--bulk", action="store_true", help="every dead run matching the filters")
     _run_filter_flags(p)
     p = _leaf(rsub, "cancel", "cancel a scheduled or running run", runs_cancel)
-    p.add_argument("run", type=int)
+    p.add_argument("run", type=int, help="run id")
     from api.client_channels import register_channel_commands  # they use the helpers above
     from api.client_groups import register_group_commands
 

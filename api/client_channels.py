@@ -107,7 +107,9 @@ def deliveries_list(args: argparse.Namespace) -> int:
 def _flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     p.add_argument("--name", required=create, help="unique name (letters, digits, -_.:)")
     p.add_argument("--url", required=create, help="http or https URL to POST to")
-    p.add_argument("--format", choices=["punchclock", "slack"])
+    p.add_argument(
+        "--format", choices=["punchclock", "slack"], help="the body sent (default punchclock)"
+    )
     p.add_argument(
         "--secret-file", help="file holding the whsec_ secret [PUNCHCLOCK_CHANNEL_SECRET]"
     )
@@ -135,7 +137,12 @@ def register_channel_commands(sub: Any) -> None:
         _leaf(csub, name, text, func).add_argument("channel", help="channel id or name")
     p = _leaf(sub, "deliveries", "list notification deliveries, newest first", deliveries_list)
     p.add_argument("--channel", help="channel id or name")
-    p.add_argument("--job-id", type=int)
-    p.add_argument("--status", action="append", choices=["pending", "delivered", "failed"])
+    p.add_argument("--job-id", type=int, help="only this job's deliveries")
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=["pending", "delivered", "failed"],
+        help="repeatable",
+    )
     p.add_argument("--limit", type=int, help="page size, 1-500 (default 100)")
     p.add_argument("--cursor", help="next_cursor of a previous page")

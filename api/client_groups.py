@@ -49,9 +49,9 @@ def register_group_commands(sub: Any) -> None:
     _leaf(gsub, "list", "list concurrency groups and how many of their runs run", groups_list)
     for name, text, func in (("show", "show a group", groups_show),
                              ("delete", "delete a group no job is in", groups_delete)):  # fmt: skip
-        _leaf(gsub, name, text, func).add_argument("name")
+        _leaf(gsub, name, text, func).add_argument("name", help="the group's name")
     for name, text, func in (("create", "create a group", groups_create),
                              ("update", "change a group's limit", groups_update)):  # fmt: skip
         p = _leaf(gsub, name, text, func)
-        p.add_argument("name")
+        p.add_argument("name", help="the group's name")
         p.add_argument("--max-running", type=int, required=True, help="1-10000")

@@ -23,6 +23,11 @@ from typing import IO, Any
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ALLOW_HTTP_ENV = "PUNCHCLOCK_API_ALLOW_HTTP"
 DEFAULT_PORTS = {"http": 80, "https": 443}
+TOKEN_HINT = (
+    "  give a token with --api-token TOKEN or PUNCHCLOCK_API_TOKEN (to a loopback --api-url "
+    "without one, the CLI sends the admin token `punchclock up` and `punchclock api` keep in "
+    "their state directory)"
+)
 
 
 class ClientError(Exception):
@@ -147,5 +152,7 @@ def _problem(status: int, raw: bytes) -> ClientError:
         lines += [f"  {e.get('field')}: {e.get('message')}" for e in errors]
     else:
         lines = [f"{status} {data.get('title', 'error')}: {detail}"]
+    if status == 401:
+        lines.append(TOKEN_HINT)
     code = EXIT_USAGE if status in (400, 413, 422) else EXIT_FAILED
     return ClientError("\n".join(lines), code)

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from api.client_colour import for_terminal, use_colour
 from supervisor import __version__
+from supervisor.cli_format import handlers_json, handlers_text, preview_lines
 from supervisor.core.config import Config, ConfigError, load, settings_table
 from supervisor.core.errors import InvalidSpec, PunchclockError
 from supervisor.core.log import setup_logging
-
-if TYPE_CHECKING:
-    from supervisor.registry import Handler
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -157,18 +156,14 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_preview(args: argparse.Namespace) -> int:
+    from api.ui.preview import preview  # the dashboard's: instants with their DST marks
     from supervisor.core import schedule
 
     after = schedule.parse_instant(args.after, "--after") if args.after else datetime.now(UTC)
     if not 1 <= args.count <= 1000:
         raise InvalidSpec("--count", "must be between 1 and 1000")
-    sched = schedule.parse_schedule(args.expression, None, args.tz)
-    items = schedule.preview(sched, after, args.count)
-    if args.json:
-        print(json.dumps(items, indent=2))
-    else:
-        for item in items:
-            print(f"{item['utc']:<22}  {item['local']}")
+    instants = preview(args.expression, args.tz, after, args.count)
+    _print(preview_lines(instants, args.json), plain=args.json)
     return EXIT_OK
 
 
@@ -179,60 +174,14 @@ def cmd_handlers_list(args: argparse.Namespace) -> int:
     cg = _cgroup_args(cfg)
     reg = load_registry(cfg.handlers, **cg)
     isolation = cg["cgroup_host"]().describe()
-    if args.json:
-        handlers = [
-            {"type": h.type, "argv": list(h.argv), "source": h.source, **_in_force(h)}
-            for h in reg.handlers.values()
-        ]
-        rejected = [r.__dict__ for r in reg.rejected]
-        out = {"isolation": isolation, "handlers": handlers, "rejected": rejected}
-        print(json.dumps(out, indent=2))
-    else:
-        for h in reg.handlers.values():
-            print(f"ok        {h.type:<24} {' '.join(h.argv)}")
-            settings = {k: v for k, v in _in_force(h).items() if v not in (None, [], {})}
-            if settings:
-                print(f"          {'':<24} {_settings_text(settings)}")
-        for r in reg.rejected:
-            print(f"rejected  {r.type:<24} {r.source}: {r.reason}")
-        if not reg.handlers and not reg.rejected:
-            print("no handlers (pass --handlers PATH)")
-        print(f"isolation {isolation}")
+    text = handlers_json(reg, isolation) if args.json else handlers_text(reg, isolation)
+    _print(text, plain=args.json)
     return EXIT_FAILED if reg.rejected else EXIT_OK
 
 
-def _in_force(h: Handler) -> dict[str, Any]:
-    """A handler's settings as they apply; environment variables by name only (secrets)."""
-    from supervisor.isolation import UNLIMITED
-
-    ident = h.identity
-    return {
-        "timeout_seconds": h.timeout_seconds,
-        "user": None if ident is None else f"{ident.user} (uid {ident.uid})",
-        "group": None if ident is None else f"{ident.group} (gid {ident.gid})",
-        "supplementary_groups": None if ident is None else list(ident.groups),
-        "cwd": h.cwd,
-        "umask": None if h.umask is None else f"{h.umask:04o}",
-        "limits": {k: "unlimited" if v == UNLIMITED else v for k, v in h.limits},
-        "concurrency": h.concurrency,
-        "cgroup": h.cgroup,
-        "cgroup_limits": {k: v for k, v in h.cgroup_limits.items().items() if v is not None},
-        "env": sorted(h.env),
-        "pass_env": list(h.pass_env),
-        "env_files": list(h.env_files),
-    }
-
-
-def _settings_text(settings: dict[str, Any]) -> str:
-    parts = []
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            parts += [f"{k}={v}" for k, v in value.items()]
-        elif isinstance(value, list):
-            parts.append(f"{key}={','.join(map(str, value))}")
-        else:
-            parts.append(f"{key}={value}")
-    return "  ".join(parts)
+def _print(text: str, *, plain: bool = False) -> None:
+    """Human output: terminal-safe, in colour on a terminal (client_colour); JSON as it is."""
+    print(text if plain else for_terminal(text, use_colour(sys.stdout)))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -365,20 +314,24 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--tz", default="UTC", help="IANA time zone (default UTC)")
     pp.add_argument("--after", help="start after this ISO-8601 instant (default now)")
     pp.add_argument("--count", type=int, default=10, help="how many (default 10)")
-    pp.add_argument("--json", action="store_true", help="print JSON")
+    pp.add_argument(
+        "--json", action="store_true", help="print JSON (a DST-marked instant: rule and note)"
+    )
     pp.set_defaults(func=cmd_schedule_preview)
 
     p = sub.add_parser("handlers", help="handler registry tools")
     hsub = p.add_subparsers(dest="handlers_command", required=True, metavar="SUBCOMMAND")
     hp = hsub.add_parser("list", help="show the handlers this host offers and rejected entries")
-    hp.add_argument("--config", type=Path)
+    hp.add_argument(
+        "--config", type=Path, help="TOML config file (default /etc/punchclock/punchclock.toml)"
+    )
     hp.add_argument("--handlers", action="append", help="handler TOML file or directory")
-    hp.add_argument("--json", action="store_true")
+    hp.add_argument("--json", action="store_true", help="print JSON")
     hp.set_defaults(func=cmd_handlers_list)
 
     p = sub.add_parser("check", help="validate configuration, handlers and the database")
     _common(p)
-    p.add_argument("--handlers", action="append")
+    p.add_argument("--handlers", action="append", help="handler TOML file or directory")
     p.add_argument("--settings", action="store_true", help="print the settings table and exit")
     p.set_defaults(func=cmd_check)
 
@@ -393,7 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return code
+    except BrokenPipeError:  # `punchclock runs list | head -1`: the reader has gone
+        # Python flushes stdout once more at exit: give it somewhere to go, quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except (UsageError, ConfigError, InvalidSpec) as exc:
         print(f"punchclock: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -304,6 +304,9 @@ class Executor:
         (Child.start_many: the spawns back to back, the bookkeeping after them, warm), then
         each one's start event; an attempt that cannot start ends at once."""
         ready: list[tuple[InFlight, Claim, ChildSpec]] = []
+        # A claim that came back with too little lease left (a slow server, a starved host)
+        # is fenced now, before its child costs a spawn only to be killed at once.
+        self.fence_check()
         for entry, row, extra in runs:
             try:
                 if isinstance(extra, ChildResult):
@@ -345,7 +348,7 @@ class Executor:
             log.exception("executor_crash", extra={"punchclock_fields": {"run_id": entry.run_id}})
 
     def _report_start(self, entry: InFlight, row: Claim, child: Child) -> None:
-        queue_delay = (row.started_at - row.scheduled_at).total_seconds()
+        queue_delay = (row.started_at - row.due_at).total_seconds()
         if log.isEnabledFor(self._routine_level):  # its fields cost more than the check
             cg = {} if child.cgroup is None else {"cgroup": child.cgroup.dirs[0]}
             self._event(

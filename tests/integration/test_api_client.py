@@ -196,6 +196,7 @@ async def test_token_and_url_from_the_environment(
         monkeypatch.setenv("PUNCHCLOCK_API_URL", str(api.make_url("")))
         code, _, err = await cli("jobs", "list", url=False)
         assert code == 1 and "401" in err
+        assert "--api-token" in err and "PUNCHCLOCK_API_TOKEN" in err, "how to give one"
         monkeypatch.setenv("PUNCHCLOCK_API_TOKEN", READER)
         assert (await cli("jobs", "list", url=False))[0] == 0
         code, _, err = await cli("jobs", "pause", "1", url=False)

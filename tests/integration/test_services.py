@@ -23,7 +23,7 @@ from supervisor.core.records import CatchUp, Claim
 from supervisor.core.store import Store
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
-from supervisor.heartbeater import Heartbeater, RenewPass
+from supervisor.heartbeater import Heartbeater
 from supervisor.inflight import Phase
 from supervisor.livetail import LiveTail
 from supervisor.registry import Handler, Registry
@@ -224,10 +224,13 @@ async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Stor
     holder = RecordingLeases([(i, rows[i].lease_token) for i in (kept, taken)])
     renewed: list[int] = []
     hb = Heartbeater(store, owner="w1", lease_ttl=TTL, holder=holder, on_renewed=renewed.append)
-    assert await hb.run_once() == RenewPass(renewed=1, missing=1)
+    done = await hb.run_once()
+    assert (done.renewed, done.missing) == (1, 1)
     assert holder.answers == [{kept}] and renewed == [1]
     left = await seconds_until(store, "runs", "lease_expires_at", kept)
     assert TTL - 5 < left <= TTL
+    # The next round is due an interval after this one was sent, not after it returned.
+    assert done.next_in is not None and done.next_in <= hb.interval * (1 + hb.jitter)
 
 
 def _executor(store: Store, argv: tuple[str, ...], ended: list[AttemptEnded]) -> Executor:

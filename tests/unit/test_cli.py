@@ -22,11 +22,14 @@ def test_preview_json_shows_utc_and_local_across_dst(capsys: pytest.CaptureFixtu
     )  # fmt: skip
     assert code == 0
     items = json.loads(capsys.readouterr().out)
-    # 02:30 does not exist on 2027-03-28 in Berlin: it runs at the jump, 03:00 CEST = 01:00Z.
+    # 02:30 does not exist on 2027-03-28 in Berlin: it runs at the jump, 03:00 CEST = 01:00Z,
+    # marked as the dashboard's preview marks it.
+    shifted = "02:30 does not exist this night (spring forward): runs when the clock jumps to"
     assert items == [
-        {"utc": "2027-03-28T01:00:00Z", "local": "2027-03-28T03:00:00+02:00"},
+        {"utc": "2027-03-28T01:00:00Z", "local": "2027-03-28T03:00:00+02:00",
+         "rule": "shifted", "note": f"{shifted} 03:00 (DST rule 1)"},
         {"utc": "2027-03-29T00:30:00Z", "local": "2027-03-29T02:30:00+02:00"},
-    ]
+    ]  # fmt: skip
 
 
 def test_preview_text(capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,7 +36,8 @@ DAEMON = {
     "orphans", "outbound", "output",
     "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
 }  # fmt: skip
-TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments", "reload"}
+TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments",
+       "reload"}  # fmt: skip
 
 
 def _module(path: Path) -> str:
