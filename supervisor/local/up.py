@@ -96,7 +96,8 @@ class AlreadyUp(PgServerError):
 
 
 def _hold_data_dir(data_dir: Path) -> int:
-    """Lock `<data_dir>.up` for this `up` and write our pid in it; the fd (closed: released).
+    """Lock `<data_dir>.up` for this `up` and write our pid in it (emptied at exit); the fd
+    (closed: released).
 
     The embedded server's own lock waits (a watchdog may still be stopping a server there);
     this one answers at once, naming the `up` that holds it."""
@@ -180,8 +181,9 @@ def run_up(cfg: Config, *, demo: bool = True, data_dir: Path | None = None) -> i
         if server is not None:
             server.stop()
             print("embedded PostgreSQL stopped", flush=True)
-        if held is not None:
-            os.close(held)  # last, as the server's own lock
+        if held is not None:  # last, as the server's own lock
+            os.ftruncate(held, 0)  # no stale pid for `kill -HUP "$(cat pg.up)"` to hit
+            os.close(held)
 
 
 def _run_children(cfg: Config, dsn: str, api: str, banner: _Banner) -> int:
