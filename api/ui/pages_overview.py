@@ -1,6 +1,7 @@
 """The overview (/ui/): the runs that make /readyz fail, at the top; open runs and the last
 24 h by status; succeeded and failed per minute over the last hour and per hour over the
-last week, start lateness p50/p99 over both (inline SVG); live workers; jobs no live worker
+last week (by when they ended), start lateness p50/p99 over both (first attempts from their
+instants, backfilled runs left out; inline SVG); live workers; jobs no live worker
 serves; the next runs due. Every figure reads index ranges (ui.sql), never the whole of runs.
 
 The history figures read up to a day of the history indexes (at 10,000 runs an hour, about

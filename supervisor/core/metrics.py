@@ -116,7 +116,9 @@ class Metrics:
             "punchclock_runs_skipped", unit="1", description="Runs skipped, by reason"
         )
         self.queue_delay = TypeHistogram(
-            "punchclock_queue_delay_seconds", "Start time minus scheduled time", DELAY_BUCKETS
+            "punchclock_queue_delay_seconds",
+            "Start time minus due time (scheduled; a retry's, requeue's or backfill's run_after)",
+            DELAY_BUCKETS,
         )
         self.run_duration = TypeHistogram(
             "punchclock_run_duration_seconds", "Attempt duration by type", DURATION_BUCKETS

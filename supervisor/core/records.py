@@ -40,6 +40,15 @@ class Claim:
     start_in: float = 0.0  # seconds from the claim to the run's instant (claimed ahead)
     overlap_due: bool = False  # a due run of an exclusive job waited for a running one
 
+    @property
+    def due_at(self) -> datetime:
+        """When this attempt became due (queue delay counts from it): a first attempt at its
+        instant; a backfilled run's instant had passed when it was created, and a retry or
+        requeue is due again from run_after (neither is late by the time in between)."""
+        if self.attempts == 1 and self.trigger != Trigger.BACKFILL:
+            return self.scheduled_at
+        return max(self.scheduled_at, self.run_after)
+
     @classmethod
     def from_row(cls, r: Record) -> Claim:
         return cls(

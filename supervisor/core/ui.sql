@@ -123,19 +123,21 @@ SELECT s.status::text AS status,
 FROM unnest(enum_range(NULL::run_status)) AS s(status);
 
 -- name: ui_outcome_buckets
--- Ended runs scheduled within the last $1 seconds, per $2-second bucket of scheduled_at
--- (aligned on the epoch) and per status (succeeded, failed, dead).
-SELECT date_bin(make_interval(secs => $2::float8), r.scheduled_at, 'epoch') AS bucket,
+-- Runs that ended within the last $1 seconds, per $2-second bucket of finished_at (aligned
+-- on the epoch: when they ran, so a backfill of last week's instants shows now) and per
+-- status (succeeded, failed, dead). A range of runs_finished.
+SELECT date_bin(make_interval(secs => $2::float8), r.finished_at, 'epoch') AS bucket,
        r.status::text AS status, count(*) AS n
 FROM runs r
 WHERE r.status IN ('succeeded', 'failed', 'dead')
-  AND r.scheduled_at > now() - make_interval(secs => $1::float8) AND r.scheduled_at <= now()
+  AND r.finished_at > now() - make_interval(secs => $1::float8) AND r.finished_at <= now()
 GROUP BY 1, 2;
 
 -- name: ui_lateness
 -- Start lateness (first attempt's start - scheduled_at) of the latest $2 runs scheduled
 -- within the last $1 seconds (runs_status_history backwards, each status's range, merged):
--- p50, p99, and how many were measured.
+-- p50, p99, and how many were measured. Only runs due at their instant: a backfilled run's
+-- instant passed before it was created, and a requeued one starts again (attempts > 1).
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY late) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY late) AS p99,
        count(*) AS n
@@ -146,6 +148,7 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
            WHERE x.status = '{status}'
              AND x.scheduled_at > now() - make_interval(secs => $1::float8)
              AND x.scheduled_at <= now() AND x.started_at IS NOT NULL AND x.attempts = 1
+             AND x.trigger <> 'backfill'
            ORDER BY x.scheduled_at DESC, x.id DESC
            LIMIT $2::int)
           -- end each
@@ -155,10 +158,12 @@ FROM (SELECT EXTRACT(EPOCH FROM (r.started_at - r.scheduled_at))::float8 AS late
 
 -- name: ui_fill_hours
 -- Writes up to $1 rows of run_hours, newest first: closed hours of the last week that have
--- no row, or whose row was computed while the hour was younger than a day (its runs may
--- have ended since) and more than 10 minutes ago. Per hour: three counts from
--- runs_status_history and the lateness of its first attempts from the same index (every
--- status's range: the status list is an index condition), each one hour's index range.
+-- no row, or whose row was computed while the hour was younger than a day (a requeue may
+-- take a run out of it; late first attempts may start) and more than 10 minutes ago. Per
+-- hour: the runs that ended in it by status (one range of runs_finished: when they ran),
+-- and the start lateness of the first attempts scheduled in it from runs_status_history
+-- (every status's range: the status list is an index condition), backfilled runs left out
+-- as in ui_lateness.
 -- Hours are epoch-aligned (date_bin), as ui_outcome_buckets' are.
 -- Rows older than 8 days are deleted. Returns the hours written.
 WITH want AS (
@@ -179,15 +184,12 @@ INSERT INTO run_hours AS o (hour, succeeded, failed, dead, late_n, late_p50, lat
 SELECT w.hour, c.succeeded, c.failed, c.dead, l.n, l.p50, l.p99, now()
 FROM want w
 CROSS JOIN LATERAL (
-    SELECT (SELECT count(*) FROM runs r WHERE r.status = 'succeeded'
-              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
-               AS succeeded,
-           (SELECT count(*) FROM runs r WHERE r.status = 'failed'
-              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
-               AS failed,
-           (SELECT count(*) FROM runs r WHERE r.status = 'dead'
-              AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour')
-               AS dead) c
+    SELECT count(*) FILTER (WHERE r.status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE r.status = 'failed') AS failed,
+           count(*) FILTER (WHERE r.status = 'dead') AS dead
+    FROM runs r
+    WHERE r.finished_at >= w.hour AND r.finished_at < w.hour + interval '1 hour'
+      AND r.status IN ('succeeded', 'failed', 'dead')) c
 CROSS JOIN LATERAL (
     SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x.late) AS p50,
            percentile_cont(0.99) WITHIN GROUP (ORDER BY x.late) AS p99, count(*) AS n
@@ -195,7 +197,8 @@ CROSS JOIN LATERAL (
           FROM runs r
           WHERE r.status = ANY (enum_range(NULL::run_status))
             AND r.scheduled_at >= w.hour AND r.scheduled_at < w.hour + interval '1 hour'
-            AND r.started_at IS NOT NULL AND r.attempts = 1) x) l
+            AND r.started_at IS NOT NULL AND r.attempts = 1
+            AND r.trigger <> 'backfill') x) l
 ON CONFLICT (hour) DO UPDATE SET succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed,
     dead = EXCLUDED.dead, late_n = EXCLUDED.late_n, late_p50 = EXCLUDED.late_p50,
     late_p99 = EXCLUDED.late_p99, computed_at = EXCLUDED.computed_at

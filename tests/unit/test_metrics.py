@@ -29,7 +29,12 @@ def _lines(text: bytes, name: str) -> list[str]:
 @pytest.mark.parametrize(
     ("attr", "instrument", "description", "bounds"),
     [
-        ("queue_delay", "punchclock_queue_delay", "Start time minus scheduled time", DELAY_BUCKETS),
+        (
+            "queue_delay",
+            "punchclock_queue_delay",
+            "Start time minus due time (scheduled; a retry's, requeue's or backfill's run_after)",
+            DELAY_BUCKETS,
+        ),
         ("run_duration", "punchclock_run_duration", "Attempt duration by type", DURATION_BUCKETS),
     ],
 )
