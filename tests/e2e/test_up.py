@@ -5,12 +5,14 @@ signal is named so, and a second `up` on a data directory says at once who holds
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import termios
 import time
 from datetime import datetime
 from pathlib import Path
@@ -227,3 +229,36 @@ def test_a_second_up_on_a_data_directory_says_at_once_who_holds_it(tmp_path: Pat
     assert out.returncode == 1, out
     assert f"another punchclock up (pid {os.getpid()}) is running on {data_dir}" in out.stderr
     assert "Traceback" not in out.stderr and not data_dir.exists(), "no server was started"
+
+
+async def test_up_stops_when_its_terminal_hangs_up(dsn: str, tmp_path: Path) -> None:
+    """SIGHUP from a closed terminal still stops `up` (drained, exit 0); SIGHUP is only passed
+    on to the supervisor while the terminal is there."""
+    port = free_port()
+    master, slave = os.openpty()
+
+    def own_terminal() -> None:  # in the child: a session whose controlling terminal is slave
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "up", "--database-url", dsn,
+             "--api-listen", f"127.0.0.1:{port}"],
+            cwd=ROOT, env=_env(tmp_path), stdin=slave, stdout=out, stderr=out,
+            pass_fds=(slave,), preexec_fn=own_terminal,  # noqa: PLW1509 (single-threaded here)
+        )  # fmt: skip
+    os.close(slave)
+    try:
+        await wait_for(lambda: "supervisor_started" in log.read_text(), 30, "the supervisor")
+        os.close(master)  # the terminal hangs up: the kernel sends SIGHUP to `up`
+        master = -1
+        assert proc.wait(30) == 0, log.read_text()[-3000:]
+        assert "supervisor_drained" in log.read_text()
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
