@@ -20,6 +20,7 @@ from api import permissions
 from api.auth import ACTOR_KEY, ROLE_KEY
 from api.gate import HOST_POLICY, same_origin
 from api.problems import Handler
+from api.ui import forms
 from api.ui.session import COOKIE, SECURE_COOKIE, SESSION_SECONDS, Session, Sessions
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
@@ -170,7 +171,7 @@ async def _check_post(request: web.Request, sessions: Sessions, s: Session, fres
     origin = request.headers.get("Origin") or request.headers.get("Referer")
     if not origin or not same_origin(request, origin):
         _refuse(request, "origin", "This form must be sent from the dashboard's own pages.")
-    form = await request.post()
+    form = await forms.read(request, trusted=not fresh and s.role is not None)
     given = request.headers.get("X-CSRF-Token") or str(form.get("csrf", ""))
     if fresh or not sessions.csrf_ok(s, given):
         _refuse(request, "csrf", "The form has expired or was not sent by this dashboard.")

@@ -15,7 +15,7 @@ from zoneinfo import available_timezones
 
 from aiohttp import web
 
-from api.ui import preview
+from api.ui import forms, preview
 from api.ui.guard import PREFIX, redirect
 from api.ui.pages_jobs import _job
 from api.ui.site import UI_CONFIG, UI_LIMITS, render, store
@@ -249,11 +249,13 @@ async def preview_fragment(request: web.Request) -> web.StreamResponse:
 
 
 @routes.post("/jobs/new")
+@forms.tolerant  # a payload over api_max_body: the form again, its other fields kept
 async def create(request: web.Request) -> web.StreamResponse:
     return await _save(request, None)
 
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/edit")
+@forms.tolerant
 async def update(request: web.Request) -> web.StreamResponse:
     return await _save(request, await _job(request))
 
@@ -264,8 +266,13 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
     values = {**typed, "kind": typed["kind"] or "cron"}
     ping = job.spec.ping_url if job else None
     values["ping_destination"] = "" if ping is None else destination(ping)  # never from the form
+    too_big = {
+        k: forms.too_large(n, request.client_max_size) for k, n in forms.dropped(request).items()
+    }
     if form.get("preview"):  # "Preview only" (the no-JS preview): the form again, unsaved
-        return await _form(request, job, values, {})
+        return await _form(request, job, values, too_big, 413 if too_big else 200)
+    if too_big:  # never saved without a field it was sent
+        return await _form(request, job, values, too_big, 413)
     limits = request.app[UI_LIMITS]
     hosts = destinations(request.app[UI_CONFIG])
     if not errors:

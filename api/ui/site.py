@@ -127,5 +127,20 @@ def common(request: web.Request) -> dict[str, Any]:
 
 def render_error(request: web.Request, status: int, detail: str) -> web.Response:
     title = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
-    context = {"status": status, "title": title, "detail": detail}
+    context = {"status": status, "title": title, "detail": detail, "back": None}
+    if status == 413:  # a form over api_max_body: what the limit is, and the way back to it
+        limit = request.client_max_size
+        context["title"] = "Form too large"
+        context["detail"] = (
+            f"This form was {_mib(request.content_length or 0)} as sent; the server takes at"
+            f" most {_mib(limit)} ({limit} bytes, its api_max_body setting). Nothing was"
+            " saved. A long payload is the usual cause: shorten it, or send it with the API"
+            " or the CLI, which have the same limit."
+        )
+        if request.method == "POST":  # the form's own page (GET of the same path)
+            context["back"] = request.path
     return render(request, "error.html", context, status)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB"

@@ -5,6 +5,7 @@ preview, and the small helps of the job form."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,10 +13,12 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, Request, expect
 
+from supervisor.core import jobs
 from supervisor.core.store import Store
 
 from .. import factory
 from ..api_support import ADMIN, TOKENS, api_process
+from ..helpers import job
 from .journeys import Watched
 from .test_backfill import hourly_with_holes
 from .test_journey_jobs import login
@@ -106,11 +109,11 @@ async def test_every_form_works_without_javascript(
         await expect(cron).to_be_visible()
         await tab.get_by_role("button", name="Create job").click()
         await p.status("Created nightly-report.")
-        job = await store.get_job_by_name("nightly-report")
-        assert job is not None and job.spec.cron == "30 2 * * *"
+        made = await store.get_job_by_name("nightly-report")
+        assert made is not None and made.spec.cron == "30 2 * * *"
 
         # The job's actions, each confirmed on the page it returns to.
-        await tab.goto(f"{url}/ui/jobs/{job.id}")
+        await tab.goto(f"{url}/ui/jobs/{made.id}")
         await tab.get_by_role("link", name="Pause…").click()
         await tab.get_by_label("Reason").fill("checking the export")
         await tab.get_by_role("button", name="Pause job").click()
@@ -125,7 +128,7 @@ async def test_every_form_works_without_javascript(
         # As the page said: claim_runs takes a paused job's manual run now; it stays paused.
         claimed = await store.claim_runs(["echo"], 10, "probe", 30.0)
         assert [c.id for c in claimed] == [run_id]
-        paused = await store.get_job(job.id)
+        paused = await store.get_job(made.id)
         assert paused is not None and paused.spec.paused
         await tab.get_by_role("button", name="Resume").click()
         await p.status("Resumed nightly-report.")
@@ -135,7 +138,7 @@ async def test_every_form_works_without_javascript(
         await p.status("Saved nightly-report.")
 
         # Run now from the job's page, then cancel it from the run's page.
-        await tab.goto(f"{url}/ui/jobs/{job.id}")
+        await tab.goto(f"{url}/ui/jobs/{made.id}")
         await tab.get_by_role("button", name="Run now").click()
         await p.status(re.compile(r"^Triggered run #\d+"))
         await tab.get_by_role("button", name="Cancel run").click()
@@ -165,11 +168,42 @@ async def test_every_form_works_without_javascript(
         await p.whole("Deliveries")
 
         # Delete, then log out.
-        await tab.goto(f"{url}/ui/jobs/{job.id}")
+        await tab.goto(f"{url}/ui/jobs/{made.id}")
         await tab.get_by_role("link", name="Delete…").click()
         await tab.get_by_role("button", name="Delete job").click()
         await p.status(re.compile(r"^Deleted nightly-report"))
         await tab.get_by_role("button", name="Log out").click()
         await expect(tab.get_by_role("heading", name="Log in")).to_be_visible()
         p.no_token_in_urls()
+        w.no_errors()
+
+
+async def test_job_actions_are_confirmed_and_a_paused_job_runs_a_manual_run(
+    tab: Page, store: Store, dsn: str, tmp_path: Path
+) -> None:
+    created = await jobs.create_job(store, job("billing", cron="0 2 * * *"), factory.LIMITS)
+    with api_process(dsn, "--listen", "127.0.0.1:0", "--api-token", TOKENS[0]) as api:
+        url = api.url()
+        w, p = Watched(tab, tmp_path), Pages(tab)
+        await login(tab, url, ADMIN)
+        await tab.goto(f"{url}/ui/jobs/{created.id}")
+        await tab.get_by_role("link", name="Pause…").click()
+        await tab.get_by_role("button", name="Pause job").click()
+        await p.status("Paused billing.")
+        await w.shot("job-paused-confirmed")
+        await tab.get_by_role("link", name="Run with payload…").click()
+        note = tab.locator("#paused-trigger")
+        await expect(note).to_contain_text("the manual run still starts at once")
+        await expect(tab.get_by_text("waits for the resume")).to_have_count(0)
+        await w.shot("trigger-paused")
+        await tab.get_by_label("Payload").fill('{"month": 11}')
+        await tab.get_by_role("button", name="Run now").click()
+        await p.status(re.compile(r"^Triggered billing: run #\d+ is due now\.$"))
+        run_id = int(re.findall(r"#(\d+)", await tab.get_by_role("status").inner_text())[0])
+        claimed = await store.claim_runs(["echo"], 10, "probe", 30.0)  # what the page said
+        assert [c.id for c in claimed] == [run_id] and json.loads(claimed[0].payload) == {
+            "month": 11
+        }
+        await tab.get_by_role("button", name="Resume").click()
+        await p.status("Resumed billing.")
         w.no_errors()
