@@ -108,7 +108,9 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     install_fast_child_watcher()
 
     async def run() -> int:
-        return await Supervisor(cfg, registry, auto_migrate=args.migrate).run()
+        return await Supervisor(
+            cfg, registry, auto_migrate=args.migrate, read_config=lambda: _config(args)
+        ).run()
 
     return asyncio.run(run())
 

@@ -192,3 +192,38 @@ async def test_signals_during_a_reload_are_never_lost(
     assert last["types"] == want and 1 <= len(sup.events("reloaded")) <= 3
     assert sup.running and sup.pid == pid
     assert sup.stop() == 0, sup.tail()
+
+
+async def test_the_config_file_is_read_again_live_settings_apply_others_wait(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    """`punchclock supervise --config F`: SIGHUP reads F again; a live setting changes in the
+    running process, one that needs a restart is named and keeps its value."""
+    config = tmp_path / "punchclock.toml"
+    config.write_text("output_limit = 4096\nclaim_ahead = 0\n")
+    sup = await start_with_config(cluster, tmp_path, config)
+    pid = sup.pid
+    config.write_text("output_limit = 8192\nclaim_ahead = 0.5\n")
+    sup.send(signal.SIGHUP)
+    reloaded = await sup.wait_event("reloaded", timeout=20)
+    assert reloaded["settings"] == ["output_limit"], reloaded
+    [restart] = sup.events("reload_needs_restart")
+    assert restart["settings"] == ["claim_ahead"], restart
+    # The new limit is in force: a handler printing 6,000 bytes keeps them all.
+    release = tmp_path / "release"
+    release.touch()
+    payload = {"lines": ["x" * 6000], "release": str(release)}
+    [run] = await create_runs(store, "talk", 1, payload)
+    await wait_for(lambda: all_in(store, [run], "succeeded"), 20, "the run")
+    [attempt] = await attempts(store, run)
+    assert len(attempt["stdout_tail"]) > 4096, len(attempt["stdout_tail"])
+    assert sup.running and sup.pid == pid
+    assert sup.stop() == 0, sup.tail()
+
+
+async def start_with_config(cluster: Cluster, tmp_path: Path, config: Path) -> Supervisor:
+    handlers = tmp_path / "handlers.d"
+    handlers.mkdir(exist_ok=True)
+    return await cluster.start_ready(
+        "s1", ["talk"], extra_args=["--handlers", str(handlers), "--config", str(config)]
+    )
