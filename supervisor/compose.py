@@ -273,9 +273,7 @@ class Services:
         of them). Children running keep what they started with; the claimer claims from
         the start, now, for the types it offers from here on."""
         ex, claimer = self.executor, self.claimer
-        ex.registry = registry
-        ex._envs.clear()  # each type's environment is derived from its handler once, cached
-        ex.kill_grace, ex.output_limit = cfg.kill_grace, cfg.output_limit
+        ex.use_handlers(registry, cfg.kill_grace, cfg.output_limit)
         claimer.types = registry.types
         claimer.misfire_grace = cfg.misfire_grace
         claimer.poll_interval, claimer.poll_gap = cfg.poll_interval, cfg.poll_gap

@@ -93,6 +93,13 @@ class Executor:
         self._retirements: list[asyncio.Future[None]] = []  # resolved when a run retires
         self._starting: list[tuple[InFlight, Claim]] = []  # runs _start_batch starts next
 
+    def use_handlers(self, registry: Registry, kill_grace: float, output_limit: int) -> None:
+        """A reload's handlers and settings, for children started from now on (each type's
+        environment is derived from its handler again)."""
+        self.registry = registry
+        self._envs.clear()
+        self.kill_grace, self.output_limit = kill_grace, output_limit
+
     # ------------------------------------------------------------ capacity and leases
 
     @property
