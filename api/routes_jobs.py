@@ -30,10 +30,14 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return web.json_response(data, status=status, headers=headers)
 
 
-async def _detail(request: web.Request, job: Job) -> dict[str, Any]:
+async def _detail(request: web.Request, job: Job, run_at_set: bool = False) -> dict[str, Any]:
     s = store(request)
     warnings = await jobs.job_warnings(s, job.spec)
-    data = views.job_detail(job, await s.now(), warnings, sees_payloads(request))
+    now = await s.now()
+    past = jobs.past_run_at(job.spec, now) if run_at_set else None
+    if past:
+        warnings.append(past)
+    data = views.job_detail(job, now, warnings, sees_payloads(request))
     data["notify"] = [r.view() for r in await notifications(s).job_notify(job.id)]
     return data
 
@@ -45,7 +49,7 @@ async def create_job(request: web.Request) -> web.Response:
     spec = jobs.validate_job(body, allowed_hosts=destinations(config(request)))
     job = await jobs.create_job(store(request), spec, limits(request))
     headers = {"Location": f"/v1/jobs/{job.id}"}
-    return _json(await _detail(request, job), 201, headers)
+    return _json(await _detail(request, job, run_at_set=True), 201, headers)
 
 
 @routes.get("/v1/jobs")
@@ -87,7 +91,8 @@ async def update_job(request: web.Request) -> web.Response:
     body = await read_json(request, config(request).api_max_body, required=True)
     allowed = destinations(config(request))
     job = await jobs.update_job(store(request), job_id, body, limits(request), allowed)
-    return _json(await _detail(request, job))
+    given = isinstance(body, dict) and "run_at" in body
+    return _json(await _detail(request, job, run_at_set=given))
 
 
 @routes.delete(JOB)

@@ -99,6 +99,27 @@ def percent(part: float | None) -> str:
     return "—" if part is None else f"{part * 100:.0f}%"
 
 
+SKIPPED_BECAUSE = {
+    "missed": "it had not started by its instant and the job's catch-up policy and window"
+    " do not run it late",
+    "overlap": "the job's previous run was still running (overlap: skip)",
+}
+
+
+def ended(line: Any) -> tuple[str, str]:
+    """What happened to a one-off whose run is over (a dashboard.JobLine that is `ended`):
+    a badge and a sentence."""
+    status, reason, when = str(line.last_status), line.last_skip_reason, utc(line.last_at)
+    if status == "succeeded":
+        return "done", f"done: succeeded at {when}"
+    if status == "skipped":
+        why = SKIPPED_BECAUSE.get(reason or "", reason or "a policy said so")
+        return "missed", f"missed: skipped at {when} because {why}; nothing ran"
+    if status == "dead":
+        return "dead", f"done: dead at {when}, its attempts failed"
+    return str(status), f"{status} at {when}"
+
+
 SHOWN = 4096  # characters of a payload a page shows; the whole is a download
 
 
@@ -124,4 +145,5 @@ FILTERS: dict[str, Any] = {
     "size": size,
     "cron_words": cron_words,
     "percent": percent,
+    "ended": ended,
 }

@@ -19,6 +19,7 @@ from api.ui.guard import PREFIX, Refused
 from api.ui.pages_jobs import _notice as jobs_notice
 from api.ui.site import dash, render, store
 from supervisor.core import runs, schedule
+from supervisor.core.dashboard import JobFilters, JobLine
 from supervisor.core.domain import Job, UnloadableSchedule
 from supervisor.core.errors import NotFound
 from supervisor.core.events import destination
@@ -64,6 +65,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "back": request.path,
         "notice": _notice(request),
         "timeline": await _timeline(request, job, now),
+        "one_off": await _ended_one_off(request, job),
         "durations": svg.durations(recent, f"{PREFIX}runs/") if recent else None,
         **await _runs_page(request, job_id),
     }
@@ -88,6 +90,14 @@ def payload_download(request: web.Request, value: Any, filename: str) -> web.Res
         content_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+async def _ended_one_off(request: web.Request, job: Job) -> JobLine | None:
+    """A one-off job whose run is over, as the jobs list reads it (JobLine.ended)."""
+    if job.spec.cron is not None:
+        return None
+    found = await dash(request).ui_jobs_by_name(JobFilters(), "", 1, among=[job.id])
+    return found[0] if found and found[0].ended else None
 
 
 def _notice(request: web.Request) -> str | None:

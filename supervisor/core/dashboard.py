@@ -12,6 +12,8 @@ from supervisor.core.model import RunStatus
 from supervisor.core.sql import Queries
 from supervisor.core.store import Store
 
+ENDED = frozenset({RunStatus.SUCCEEDED, RunStatus.DEAD, RunStatus.SKIPPED, RunStatus.CANCELLED})
+
 
 @dataclass(frozen=True, slots=True)
 class JobLine:
@@ -31,10 +33,18 @@ class JobLine:
     recent_total: int  # of its last 20 runs that ended (succeeded, failed or dead)
     recent_succeeded: int
     next_run_id: int | None = None  # with next_at, the keyset position by next run
+    last_run_id: int | None = None
+    last_skip_reason: str | None = None
 
     @property
     def success_rate(self) -> float | None:
         return self.recent_succeeded / self.recent_total if self.recent_total else None
+
+    @property
+    def ended(self) -> bool:
+        """A one-off whose run is over: nothing planned, its last run final (a new run
+        comes only from a trigger; pausing it would hold nothing)."""
+        return self.cron is None and self.next_at is None and self.last_status in ENDED
 
     @classmethod
     def from_row(cls, r: Record) -> JobLine:
@@ -54,6 +64,8 @@ class JobLine:
             r["recent_total"],
             r["recent_succeeded"],
             r.get("next_run_id"),
+            r["last_run_id"],
+            r["last_skip_reason"],
         )
 
 

@@ -15,7 +15,7 @@ from supervisor.core.domain import Job, JobSpec
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, UniqueConflict
 from supervisor.core.groups import store_job_limits
 from supervisor.core.jobspec import checked_instant, validate_job, validate_trigger
-from supervisor.core.model import Overlap
+from supervisor.core.model import Catchup, Overlap
 from supervisor.core.planning import PlanLimits, plan_jobs
 from supervisor.core.schedule import parse_instant
 from supervisor.core.store import Store
@@ -28,6 +28,7 @@ __all__ = [
     "create_job",
     "delete_job",
     "job_warnings",
+    "past_run_at",
     "set_paused",
     "trigger_job",
     "update_job",
@@ -224,6 +225,29 @@ async def job_warnings(store: Store, spec: JobSpec) -> list[str]:
     if spec.paused:
         warnings.append("paused: the job is paused; its runs wait until it is resumed")
     return warnings
+
+
+def past_run_at(spec: JobSpec, now: datetime) -> str | None:
+    """A one-off's run_at that has passed is accepted with this warning, not refused (a
+    client's "now" is past by the time it arrives; DESIGN.md, Dashboard): it says what the
+    catch-up rules will do with the run."""
+    if spec.cron is not None or spec.run_at is None or spec.run_at > now:
+        return None
+    age = (now - spec.run_at).total_seconds()
+    window = spec.catchup_window_seconds
+    if age > window:
+        fate = (
+            f"older than the catch-up window ({window:g} s), its run is recorded as skipped"
+            " (missed) and never starts"
+        )
+    elif spec.catchup == Catchup.NONE:
+        fate = "catch-up none skips its run (missed) unless it starts within misfire_grace"
+    else:
+        fate = f"its run is due at once (within the catch-up window of {window:g} s)"
+    return (
+        f"run_at: {spec.run_at.isoformat()} is already past ({age:.0f} s ago): {fate};"
+        " give a future run_at, or trigger the job to run it now"
+    )
 
 
 # ---------------------------------------------------------------- backfill

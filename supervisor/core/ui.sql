@@ -12,10 +12,11 @@
 SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_reason,
        nx.scheduled_at AS next_at, lr.status::text AS last_status,
        coalesce(lr.finished_at, lr.started_at, lr.scheduled_at) AS last_at,
+       lr.id AS last_run_id, lr.skip_reason::text AS last_skip_reason,
        sr.total AS recent_total, sr.succeeded AS recent_succeeded
 FROM jobs j
 LEFT JOIN LATERAL (
-    SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
+    SELECT r.id, r.status, r.scheduled_at, r.started_at, r.finished_at, r.skip_reason FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
     ORDER BY r.scheduled_at DESC LIMIT 1) lr ON true
 LEFT JOIN LATERAL (
@@ -59,11 +60,12 @@ SELECT j.id, j.name, j.type, j.cron, j.run_at, j.timezone, j.paused, j.pause_rea
        n.scheduled_at AS next_at, n.id AS next_run_id,
        lr.status::text AS last_status,
        coalesce(lr.finished_at, lr.started_at, lr.scheduled_at) AS last_at,
+       lr.id AS last_run_id, lr.skip_reason::text AS last_skip_reason,
        sr.total AS recent_total, sr.succeeded AS recent_succeeded
 FROM runs n
 JOIN jobs j ON j.id = n.job_id
 LEFT JOIN LATERAL (
-    SELECT r.status, r.scheduled_at, r.started_at, r.finished_at FROM runs r
+    SELECT r.id, r.status, r.scheduled_at, r.started_at, r.finished_at, r.skip_reason FROM runs r
     WHERE r.job_id = j.id AND r.scheduled_at <= now() AND r.status <> 'scheduled'
     ORDER BY r.scheduled_at DESC LIMIT 1) lr ON true
 LEFT JOIN LATERAL (
