@@ -62,7 +62,7 @@ async def test_every_form_works_without_javascript(
     no_js: Page, store: Store, dsn: str, tmp_path: Path
 ) -> None:
     hourly, start, end, _ = await hourly_with_holes(store)
-    await factory.insert_runs(store, hourly, 2, status="dead", start_s=30)
+    dead = await factory.insert_runs(store, hourly, 3, status="dead", start_s=30)
     tab = no_js
     with api_process(dsn, "--listen", "127.0.0.1:0", "--api-token", TOKENS[0]) as api:
         url = api.url()
@@ -137,7 +137,11 @@ async def test_every_form_works_without_javascript(
         await tab.get_by_role("button", name="Save").click()
         await p.status("Saved nightly-report.")
 
-        # Run now from the job's page, then cancel it from the run's page.
+        # Run now from the jobs list; from the job's page, then cancel it from the run's page.
+        await tab.goto(f"{url}/ui/jobs?q=nightly")
+        row = tab.get_by_role("row").filter(has_text="nightly-report")
+        await row.get_by_role("button", name="Run now").click()
+        await p.status(re.compile(r"^Triggered nightly-report: run #\d+ is due now\.$"))
         await tab.goto(f"{url}/ui/jobs/{made.id}")
         await tab.get_by_role("button", name="Run now").click()
         await p.status(re.compile(r"^Triggered run #\d+"))
@@ -155,7 +159,10 @@ async def test_every_form_works_without_javascript(
         await tab.get_by_role("button", name="Create 3 runs").click()
         await p.status("Backfilled: created 3 runs, due now.")
 
-        # Runs: the filter, the bulk requeue; deliveries: the filter.
+        # Runs: one requeued from its page, the filter, the bulk requeue; deliveries.
+        await tab.goto(f"{url}/ui/runs/{dead[0]}")
+        await tab.get_by_role("button", name="Requeue").click()
+        await p.status(f"Requeued run #{dead[0]}: it is due now.")
         await tab.get_by_role("navigation", name="main").get_by_role("link", name="Runs").click()
         await tab.locator("#job").fill("hourly")
         await tab.get_by_role("button", name="Filter").click()
