@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
-from playwright.async_api import Locator, Page, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
 from supervisor.core import jobs
 from supervisor.core.store import Store
@@ -19,6 +20,7 @@ from .. import factory
 from ..api_support import ADMIN, TOKENS, api_process
 from ..helpers import job
 from .journeys import Watched
+from .test_axe import axe_script, violations
 from .test_backfill import hourly_with_holes
 from .test_journey_jobs import login
 
@@ -158,3 +160,53 @@ async def test_a_10_mb_payload_is_an_error_at_the_field_the_rest_kept(
         await expect(tab.get_by_role("heading", level=1)).to_have_text("Run now billing")
         assert await factory.count(store, "runs", "trigger = 'manual'") == 0
         w.no_errors()
+
+
+async def test_the_forms_states_pass_axe(
+    chromium: Browser, store: Store, dsn: str, tmp_path: Path
+) -> None:
+    """What the fixed pages of test_axe do not reach: a form with errors, a one-off's
+    preview, a paused job's trigger page, the backfill count with an error, the 413 page."""
+    script = axe_script()
+    made = await jobs.create_job(store, job("billing", paused=True), factory.LIMITS)
+    hourly, start, end, _ = await hourly_with_holes(store)
+    context = await chromium.new_context(bypass_csp=True)  # to inject axe-core
+    try:
+        tab = await context.new_page()
+        with api_process(dsn, "--listen", "127.0.0.1:0", "--api-token", TOKENS[0]) as api:
+            url = api.url()
+            w = Watched(tab, tmp_path)
+            w.expected |= {413, 422}
+            await login(tab, url, ADMIN)
+            found: dict[str, list[dict[str, Any]]] = {}
+            await tab.goto(f"{url}/ui/jobs/new")
+            await tab.get_by_label("once, at run_at").check()
+            await tab.get_by_label("Run at").fill("2020-01-01T00:00")
+            await tab.get_by_role("button", name="Preview only").click()
+            await expect(tab.locator("#preview")).to_contain_text("already past")
+            found["once preview"] = await violations(tab, script)
+            await tab.get_by_role("button", name="Create job").click()
+            await expect(tab.locator("#name-error")).to_be_visible()
+            found["form errors"] = await violations(tab, script)
+            await tab.locator("#payload").evaluate(BIG, 2_000_000)
+            await tab.get_by_role("button", name="Create job").click()
+            await expect(tab.locator("#payload-error")).to_be_visible()
+            found["payload too large"] = await violations(tab, script)
+            await tab.goto(f"{url}/ui/jobs/{made.id}/trigger")
+            await expect(tab.locator("#paused-trigger")).to_be_visible()
+            found["trigger paused"] = await violations(tab, script)
+            await tab.get_by_label("Payload").evaluate(BIG, 2_000_000)
+            await tab.get_by_role("button", name="Run now").click()
+            await expect(tab.get_by_role("link", name="Back to the form")).to_be_visible()
+            found["413 page"] = await violations(tab, script)
+            window = f"from={start:%Y-%m-%d %H:%M}&to={end:%Y-%m-%d %H:%M}"
+            await tab.goto(f"{url}/ui/jobs/{hourly}/backfill?{window}")
+            await expect(tab.locator("#backfill-count")).to_be_visible()
+            found["backfill count"] = await violations(tab, script)
+            await tab.goto(f"{url}/ui/jobs/{hourly}/backfill?from=x&to=y")
+            await expect(tab.locator("#bf-to-error")).to_be_visible()
+            found["backfill errors"] = await violations(tab, script)
+            w.no_errors()
+    finally:
+        await context.close()
+    assert {k: v for k, v in found.items() if v} == {}
