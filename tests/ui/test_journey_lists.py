@@ -56,8 +56,9 @@ async def test_job_filter_is_a_substring_in_any_case(
         url = api.url()
         w = Watched(tab, tmp_path)
         await login(tab, url, ADMIN)
-        await tab.goto(f"{url}/ui/runs")
         job_cells = tab.locator("tbody td.name")
+        await tab.goto(f"{url}/ui/runs?job=eTl")  # a link or a bookmark: the same rule
+        await expect(job_cells).to_have_count(6)
 
         async def filter_by(text: str, *shown: str) -> None:
             await tab.get_by_label("Job name contains").fill(text)
