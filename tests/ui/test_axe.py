@@ -49,6 +49,8 @@ def pages(s: Any) -> list[str]:
         f"/ui/runs/{r}", "/ui/runs", "/ui/runs?tab=upcoming", "/ui/workers",
         "/ui/deliveries", "/ui/jobs/new", f"/ui/jobs/{j}/edit", f"/ui/jobs/{j}/pause",
         f"/ui/jobs/{j}/trigger", f"/ui/jobs/{j}/delete", "/ui/runs/requeue",
+        f"/ui/jobs/{j}/backfill?from=2026-01-01T00:00&to=2026-01-01T06:00",
+        "/ui/runs?job=ETL&status=dead", "/ui/jobs?last=dead&sort=next",
     ]  # fmt: skip
 
 
