@@ -39,7 +39,7 @@ class History(Queries):
         """Jobs (deleted ones too) whose name holds `text`, any case, first `limit` by name."""
         return [r["id"] for r in await self._fetch("job_ids_matching", text, limit)]
 
-    async def last_workers(self, run_ids: Sequence[int]) -> dict[int, str]:
+    async def last_attempt_workers(self, run_ids: Sequence[int]) -> dict[int, str]:
         """The worker of each run's last attempt (runs without one are absent)."""
         rows = await self._fetch("last_attempt_workers", list(run_ids))
         return {r["run_id"]: r["worker_id"] for r in rows}

@@ -117,7 +117,7 @@ async def list_runs(store: Store, f: RunFilters, key: RunKey | None, limit: int)
 async def _with_workers(store: Store, rows: list[Run]) -> list[Run]:
     """Each ended run's last worker (Run.worker), read for the page's runs only."""
     ended = [r.id for r in rows if r.lease_owner is None and r.attempts > 0]
-    found = await store.last_workers(ended) if ended else {}
+    found = await store.last_attempt_workers(ended) if ended else {}
     return [replace(r, last_worker=found[r.id]) if r.id in found else r for r in rows]
 
 
