@@ -192,7 +192,7 @@ async def _form(
         "overlaps": [o.value for o in Overlap],
         "instants": instants,
         "preview_error": problem,
-        "utc_only": values.get("timezone", "").strip() in preview.UTC_NAMES,
+        "utc_only": preview.utc_only(values.get("timezone", "")),
         "action": f"{PREFIX}jobs/{job.id}/edit" if job else f"{PREFIX}jobs/new",
     }
     return render(request, "job_form.html", context, status)
@@ -241,7 +241,7 @@ async def preview_fragment(request: web.Request) -> web.StreamResponse:
     context = {
         "instants": instants,
         "preview_error": problem,
-        "utc_only": v["timezone"].strip() in preview.UTC_NAMES,
+        "utc_only": preview.utc_only(v["timezone"]),
         "v": {**v, "timezone": v["timezone"] or "UTC"},
     }
     page = "job_preview.html" if request.headers.get("HX-Request") else "job_preview_page.html"
@@ -287,6 +287,9 @@ async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:
         except Conflict as exc:
             errors = {"name": str(exc).removeprefix("name: ")}
         else:
-            done = "created" if job is None else "saved"
-            return redirect(f"{PREFIX}jobs?{urlencode({'done': done, 'job': saved.spec.name})}")
+            done = {"done": "created" if job is None else "saved", "job": saved.spec.name}
+            moved = job is None or job.spec.run_at != saved.spec.run_at
+            if moved and jobs.past_run_at(saved.spec, await store(request).now()):
+                done["warn"] = "run_at"  # the jobs list says what happens to its run
+            return redirect(f"{PREFIX}jobs?{urlencode(done)}")
     return await _form(request, job, values, errors, 422)

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from api import cursor
 from api.auth import sees_payloads
-from api.ui import fmt, svg
+from api.ui import fmt, preview, svg
 from api.ui.fmt import utc
 from api.ui.guard import PREFIX, Refused
 from api.ui.pages_jobs import _notice as jobs_notice
@@ -58,6 +58,7 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
         "spec": job.spec,
         "now": now,
         "instants": instants,
+        "utc_only": preview.utc_only(job.spec.timezone),
         "problem": problem,
         "reason": job.pause_reason,
         "payload": fmt.payload(job.spec.payload) if sees_payloads(request) else None,

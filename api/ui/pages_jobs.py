@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from api import cursor
+from api.ui import forms
 from api.ui.guard import PREFIX, redirect
 from api.ui.pages_auth import safe_next
 from api.ui.site import UI_LIMITS, dash, render, store
@@ -143,6 +144,7 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
         "first_url": f"{PREFIX}jobs?{urlencode(here)}" if "cursor" in request.query else None,
         "back": request.path_qs,
         "notice": _notice(request),
+        "warning": await past_warning(request),
     }
     fragment = request.headers.get("HX-Target") == "jobs-table"
     return render(request, "jobs_table.html" if fragment else "jobs.html", context)
@@ -157,6 +159,16 @@ def _notice(request: web.Request) -> str | None:
     )
 
 
+async def past_warning(request: web.Request) -> str | None:
+    """After a save that set a one-off's run_at already past (?warn=run_at): what the
+    catch-up rules do with its run, as the API's warning says (jobs.past_run_at)."""
+    if request.query.get("warn") != "run_at" or request.query.get("done") not in DONE:
+        return None
+    s = store(request)
+    job = await s.get_job_by_name(request.query.get("job", ""))
+    return None if job is None else jobs.past_run_at(job.spec, await s.now())
+
+
 async def _job(request: web.Request) -> Job:
     job_id = int(request.match_info["id"])
     job = await store(request).get_job(job_id)
@@ -169,7 +181,9 @@ def _back(form: Any, done: str, job: Job, **extra: Any) -> web.Response:
     back = safe_next(form.get("back")) if form.get("back") else PREFIX + "jobs"
     base, _, query = back.partition("?")
     kept = [
-        p for p in query.split("&") if p and not p.startswith(("done=", "job=", "run=", "cursor="))
+        p
+        for p in query.split("&")
+        if p and not p.startswith(("done=", "job=", "run=", "warn=", "cursor="))
     ]
     kept.append(urlencode({"done": done, "job": job.spec.name, **extra}))
     return redirect(f"{base}?{'&'.join(kept)}")
@@ -212,10 +226,16 @@ async def resume(request: web.Request) -> web.StreamResponse:
 
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/trigger")
+@forms.tolerant  # a payload over api_max_body: the form again, with the error at the field
 async def trigger(request: web.Request) -> web.StreamResponse:
     job = await _job(request)
     form = await request.post()
     text = str(form.get("payload", "")).strip()
+    too_big = forms.dropped(request)
+    if too_big:  # never run without a field it was sent
+        size = too_big.get("payload", max(too_big.values()))  # the form's one large field
+        problem = forms.too_large(size, request.client_max_size)
+        return _trigger_form(request, job, form, "", problem, 413)
     try:
         body = {"payload": json.loads(text)} if text else {}
         payload = jobs.validate_trigger(body, None)
@@ -230,16 +250,21 @@ async def trigger(request: web.Request) -> web.StreamResponse:
 
 
 def _trigger_form(
-    request: web.Request, job: Job, form: Any, text: str, problem: str
+    request: web.Request,
+    job: Job,
+    form: Any,
+    text: str,
+    problem: str,
+    status: int = 422,
 ) -> web.Response:
     context = {
         "job": job,
         "action": "trigger",
-        "back": safe_next(form.get("back")),
+        "back": safe_next(form.get("back")) if form.get("back") else PREFIX + "jobs",
         "errors": {"payload": problem},
         "payload": text,
     }
-    return render(request, "job_action.html", context, 422)
+    return render(request, "job_action.html", context, status)
 
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/delete")

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import aiohttp_jinja2
 from aiohttp import web
+from multidict import MultiDict
 
 from api import cursor
 from api.auth import sees_payloads
@@ -76,15 +77,27 @@ def filters(q: Any) -> RunFilters:
     )
 
 
+def _range_errors(q: Any) -> dict[str, str]:
+    """The date filters that are not instants, each with its error (shown at the field)."""
+    errors = {}
+    for name in RANGES:
+        try:
+            _instant(q, name)
+        except InvalidSpec as exc:
+            errors[name] = exc.message
+    return errors
+
+
 @routes.get("/runs")
 async def list_runs(request: web.Request) -> web.StreamResponse:
     q = request.query
-    f = filters(q)
+    errors = _range_errors(q)
+    f = filters(MultiDict((k, v) for k, v in q.items() if k not in errors))
     fhash = cursor.filters_hash("ui-runs", f.canonical())
     token = q.get("cursor")
     key = cursor.parse_run_key(cursor.decode(token, fhash)) if token else None
     s = store(request)
-    rows = await runs.list_runs(s, f, key, PAGE + 1)
+    rows = [] if errors else await runs.list_runs(s, f, key, PAGE + 1)
     last = rows[PAGE - 1] if len(rows) > PAGE else None
     here = [(k, v) for k, v in q.items() if k in KEPT and v]
     next_url = None
@@ -113,8 +126,9 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         "too_many": f.job_text is not None
         and len(await s.job_ids_matching(f.job_text, runs.JOB_MATCHES + 1)) > runs.JOB_MATCHES,
         "job_matches": runs.JOB_MATCHES,
+        "errors": errors,
     }
-    return render(request, "runs.html", context)
+    return render(request, "runs.html", context, 422 if errors else 200)
 
 
 async def _run_context(request: web.Request, run_id: int) -> dict[str, Any]:

@@ -92,6 +92,11 @@ def _mark(sched: CronSchedule, walls: CronSchedule, utc_text: str, local_text: s
 UTC_NAMES = frozenset({"", "UTC", "Etc/UTC", "Etc/Universal", "Etc/Zulu", "Universal", "Zulu"})
 
 
+def utc_only(zone: str) -> bool:
+    """A zone whose times are UTC's: its instants need one column, not "UTC | UTC"."""
+    return zone.strip() in UTC_NAMES
+
+
 def once(text: str, zone: str, now: datetime) -> list[Instant]:
     """A one-off's instant: run_at (without an offset, in `zone`) as the form reads it; []
     while it is empty. Raises InvalidSpec naming run_at or timezone."""

@@ -149,15 +149,25 @@ async def test_a_10_mb_payload_is_an_error_at_the_field_the_rest_kept(
         assert await store.get_job_by_name("big-one") is None
         await w.shot("job-form-too-large")
 
-        # The trigger page keeps no field: a page saying the limit, and the way back.
+        # The trigger page too: its form again, the error at the payload with size and limit.
         await tab.goto(f"{url}/ui/jobs/{created.id}/trigger")
         await tab.get_by_label("Payload").evaluate(BIG, TEN_MB)
         await tab.get_by_role("button", name="Run now").click()
+        await expect(tab.get_by_role("heading", level=1)).to_have_text("Run now billing")
+        error = tab.locator("#payload-error")
+        await expect(error).to_contain_text("payload: is 9.5 MiB as sent")
+        await expect(error).to_contain_text("at most 1.0 MiB (the server's api_max_body)")
+        await expect(tab.get_by_label("Payload")).to_have_attribute("aria-invalid", "true")
+        await w.shot("trigger-too-large")
+        # Elsewhere (a pause reason), a page saying the limit, and the way back.
+        await tab.goto(f"{url}/ui/jobs/{created.id}/pause")
+        await tab.get_by_label("Reason").evaluate(BIG, TEN_MB)
+        await tab.get_by_role("button", name="Pause job").click()
         await expect(tab.get_by_role("heading", level=1)).to_have_text("413 · Form too large")
         await expect(tab.locator(".error-page")).to_contain_text("at most 1.0 MiB")
         await w.shot("form-too-large-page")
         await tab.get_by_role("link", name="Back to the form").click()
-        await expect(tab.get_by_role("heading", level=1)).to_have_text("Run now billing")
+        await expect(tab.get_by_role("heading", level=1)).to_have_text("Pause billing")
         assert await factory.count(store, "runs", "trigger = 'manual'") == 0
         w.no_errors()
 
@@ -197,6 +207,11 @@ async def test_the_forms_states_pass_axe(
             found["trigger paused"] = await violations(tab, script)
             await tab.get_by_label("Payload").evaluate(BIG, 2_000_000)
             await tab.get_by_role("button", name="Run now").click()
+            await expect(tab.locator("#payload-error")).to_be_visible()
+            found["trigger too large"] = await violations(tab, script)
+            await tab.goto(f"{url}/ui/jobs/{made.id}/pause")
+            await tab.get_by_label("Reason").evaluate(BIG, 2_000_000)
+            await tab.get_by_role("button", name="Pause job").click()
             await expect(tab.get_by_role("link", name="Back to the form")).to_be_visible()
             found["413 page"] = await violations(tab, script)
             window = f"from={start:%Y-%m-%d %H:%M}&to={end:%Y-%m-%d %H:%M}"

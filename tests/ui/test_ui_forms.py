@@ -31,14 +31,25 @@ async def test_an_oversized_job_form_comes_back_with_its_other_fields(
     assert await store.get_job_by_name("huge") is None
 
 
-async def test_elsewhere_an_oversized_form_gets_the_limit_page(ui_admin: Ui, store: Store) -> None:
+async def test_an_oversized_trigger_form_comes_back_with_the_error_at_the_payload(
+    ui_admin: Ui, store: Store
+) -> None:
     made = await jobs.create_job(store, job("billing"), factory.LIMITS)
     r = await ui_admin.post(f"/ui/jobs/{made.id}/trigger", {"payload": "x" * (2 * MIB)})
     html = await r.text()
+    assert r.status == 413 and 'id="payload-error"' in html and "is 2.0 MiB as sent" in html
+    assert "<h1>Run now <code>billing</code></h1>" in html
+    assert await factory.count(store, "runs", "trigger = 'manual'") == 0
+
+
+async def test_elsewhere_an_oversized_form_gets_the_limit_page(ui_admin: Ui, store: Store) -> None:
+    made = await jobs.create_job(store, job("billing"), factory.LIMITS)
+    r = await ui_admin.post(f"/ui/jobs/{made.id}/pause", {"reason": "x" * (2 * MIB)})
+    html = await r.text()
     assert r.status == 413 and "<h1>413 · Form too large</h1>" in html
     assert "at most 1.0 MiB (1048576 bytes, its api_max_body setting)" in html
-    assert f'href="/ui/jobs/{made.id}/trigger">Back to the form' in html
-    assert await factory.count(store, "runs", "trigger = 'manual'") == 0
+    assert f'href="/ui/jobs/{made.id}/pause">Back to the form' in html
+    assert (await store.get_job(made.id)).spec.paused is False  # type: ignore[union-attr]
 
 
 async def test_an_anonymous_oversized_form_is_not_read(ui_anon: Ui) -> None:
