@@ -176,7 +176,8 @@ async def test_the_forms_states_pass_axe(
     chromium: Browser, store: Store, dsn: str, tmp_path: Path
 ) -> None:
     """What the fixed pages of test_axe do not reach: a form with errors, a one-off's
-    preview, a paused job's trigger page, the backfill count with an error, the 413 page."""
+    preview, a paused job's trigger page (and its payload over the limit), the backfill count
+    with an error, the 413 page, the runs filter's errors, a focused confirmation."""
     script = axe_script()
     made = await jobs.create_job(store, job("billing", paused=True), factory.LIMITS)
     hourly, start, end, _ = await hourly_with_holes(store)
@@ -221,6 +222,12 @@ async def test_the_forms_states_pass_axe(
             await tab.goto(f"{url}/ui/jobs/{hourly}/backfill?from=x&to=y")
             await expect(tab.locator("#bf-to-error")).to_be_visible()
             found["backfill errors"] = await violations(tab, script)
+            await tab.goto(f"{url}/ui/runs?scheduled_after=x&finished_before=y")
+            await expect(tab.locator("#finished_before-error")).to_be_visible()
+            found["runs filter errors"] = await violations(tab, script)
+            await tab.goto(f"{url}/ui/jobs?done=paused&job=billing")
+            await expect(tab.locator("#notice")).to_be_focused()
+            found["focused confirmation"] = await violations(tab, script)
             w.no_errors()
     finally:
         await context.close()
