@@ -41,7 +41,7 @@ from supervisor.executor import Executor
 from supervisor.keeper import Keeper
 from supervisor.orphans import Orphans
 from supervisor.registry import Registry
-from supervisor.reload import Reloader, describe
+from supervisor.reload import Reloader, describe, log_rejected
 from supervisor.sdnotify import Notifier
 
 log = logging.getLogger("punchclock.supervisor")
@@ -204,15 +204,7 @@ class Supervisor:
                 detail="database_url is a transaction pooler and no listen_database_url is "
                 f"set: no LISTEN; the fleet polls each type every {cfg.poll_gap:g} s",
             )
-        for r in self.registry.rejected:
-            log_event(
-                log,
-                "handler_rejected",
-                level=logging.WARNING,
-                source=r.source,
-                type=r.type,
-                reason=r.reason,
-            )
+        log_rejected(self.registry.rejected)
         if not types:
             log_event(log, "no_handlers", level=logging.WARNING, detail="this host claims nothing")
         metrics = Metrics("supervisor")

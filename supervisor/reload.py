@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from supervisor.compose import Services, reloaded_config
 from supervisor.core.config import Config
@@ -24,10 +25,21 @@ from supervisor.core.db import DB_ERRORS
 from supervisor.core.fleet import fleet
 from supervisor.core.log import log_event
 from supervisor.core.store import Store
-from supervisor.registry import Registry
+from supervisor.registry import Registry, Rejected
 from supervisor.sdnotify import Notifier
 
 log = logging.getLogger("punchclock.supervisor")
+
+
+def log_rejected(
+    rejected: Iterable[Rejected],
+    event: str = "handler_rejected",
+    level: int = logging.WARNING,
+    **extra: Any,
+) -> None:
+    """One event per handler entry the registry rejected, naming its source and why."""
+    for r in rejected:
+        log_event(log, event, level=level, source=r.source, type=r.type, reason=r.reason, **extra)
 
 
 def describe(types: list[str]) -> str:
@@ -110,17 +122,13 @@ class Reloader:
             )
             return False
         problems = self.registry.problems_new_in(loaded)
-        for r in problems:
-            log_event(
-                log,
+        if problems:
+            log_rejected(
+                problems,
                 "reload_failed",
-                level=logging.ERROR,
-                source=r.source,
-                type=r.type,
-                reason=r.reason,
+                logging.ERROR,
                 detail="nothing changed: the handlers and settings in force stay",
             )
-        if problems:
             return False
         in_flight = {e.type for e in self.services.executor.inflight.values()}
         registry = self.registry.succeeded_by(loaded, in_flight)
@@ -129,15 +137,7 @@ class Reloader:
         self.services.apply(cfg, registry)
         logging.getLogger().setLevel(cfg.log_level.upper())
         self.on_applied(cfg, registry)
-        for r in loaded.rejected:  # tolerated at start-up, and still there
-            log_event(
-                log,
-                "handler_rejected",
-                level=logging.WARNING,
-                source=r.source,
-                type=r.type,
-                reason=r.reason,
-            )
+        log_rejected(loaded.rejected)  # tolerated at start-up, and still there
         if restart:
             log_event(
                 log,
