@@ -10,7 +10,6 @@ sends only the beat, and in a large fleet less often (IDLE_BEAT_GAP).
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,8 +110,6 @@ class Heartbeater(Loop):
             raise
         # The next round is due an interval after this one was sent, not after it returned:
         # a slow answer must not stretch the gap between renewals past the lease.
-        due = self.interval * (1 + random.uniform(-self.jitter, self.jitter)) - (
-            time.monotonic() - sent_at
-        )
+        due = self.jittered_interval() - (time.monotonic() - sent_at)
         again = max(0.0, min(due, TAKE_AGAIN) if beat.free > 0 else due)
         return RenewPass(again, renewed=len(ok), missing=len(leases) - len(ok))

@@ -52,6 +52,10 @@ class Loop(ABC):
     async def run_once(self) -> Pass:
         """Do one iteration and say what it did (and when the next is due)."""
 
+    def jittered_interval(self) -> float:
+        """The interval, ± its jitter: the usual gap between passes."""
+        return self.interval * (1 + random.uniform(-self.jitter, self.jitter))
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -85,7 +89,7 @@ class Loop(ABC):
                 delay = backoff
                 backoff = min(backoff * 2, self.max_backoff)
             if delay is None:
-                delay = self.interval * (1 + random.uniform(-self.jitter, self.jitter))
+                delay = self.jittered_interval()
             await self._sleep(delay)
 
     async def _sleep(self, delay: float) -> None:
