@@ -1,5 +1,5 @@
 """`punchclock channels ...` and `punchclock deliveries`: notification channels and their
-deliveries through the API, in the style of client.py (whose helpers it uses). The secret
+deliveries through the API, in the style of client.py (helpers: client_common.py). The secret
 is read from --secret-file or PUNCHCLOCK_CHANNEL_SECRET, never from a flag on the command
 line (it would show in `ps` and the shell's history)."""
 
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from api.client import _client, _json_arg, _leaf, _out
+from api.client_common import _client, _json_arg, _leaf, _out
 from api.client_format import _more, table
 from api.client_http import EXIT_USAGE, ApiClient, ClientError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from api.client import _client, _leaf, _out
+from api.client_common import _client, _leaf, _out
 from api.client_format import table
 
 
