@@ -5,7 +5,7 @@ competes for the CPU like a supervisor does, and prints one JSON line.
 Modes: `pidfd` is asyncio.create_subprocess_exec with the PidfdChildWatcher, asyncio's
 fastest spawning on Linux (the ceiling the throughput target refers to); `threaded` is
 Python 3.11's default ThreadedChildWatcher, for comparison; `child` is
-supervisor.runner.Child (posix_spawn + pidfd + wait4), the supervisor's own runner alone;
+supervisor.proc.runner.Child (posix_spawn + pidfd + wait4), the supervisor's own runner alone;
 `child-cgroup` adds a cgroup per run (create, the /bin/sh join trampoline, account, remove:
 cgroups.py), `child-user` runs it as `nobody` (Popen, not posix_spawn), `child-cgroup-user`
 both (the trampoline, then setpriv). bench/spawncost.py compares them in one run.
@@ -21,8 +21,8 @@ import sys
 import time
 from typing import Any
 
-from supervisor import cgroups
-from supervisor.runner import Child, ChildSpec
+from supervisor.proc import cgroups
+from supervisor.proc.runner import Child, ChildSpec
 
 CHILD_MODES = ("child", "child-cgroup", "child-user", "child-cgroup-user")
 NOBODY = 65534

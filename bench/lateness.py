@@ -27,7 +27,7 @@ from bench.common import Context, ScenarioResult, start_supervisors, summary
 from bench.planner import insert_jobs
 from bench.throughput import ceiling
 from supervisor.local.plumbing import wait_until
-from supervisor.runner import Child, ChildSpec
+from supervisor.proc.runner import Child, ChildSpec
 
 NAME = "lateness"
 TYPE = "stamp"

@@ -37,7 +37,7 @@ async def peak_rss(proc: Proc, seconds: float, every: float = 0.1) -> float:
 def keeper_rss(proc: Proc) -> float | None:
     for child in psutil.Process(proc.pid).children():
         try:
-            if "supervisor.keeper" in " ".join(child.cmdline()):
+            if "supervisor.proc.keeper" in " ".join(child.cmdline()):
                 return float(child.memory_info().rss) / MB
         except psutil.Error:
             continue

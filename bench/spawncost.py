@@ -1,4 +1,4 @@
-"""What isolation costs per run: supervisor.runner.Child spawning and reaping /bin/true with
+"""What isolation costs per run: supervisor.proc.runner.Child spawning and reaping /bin/true with
 no isolation (posix_spawn), with a cgroup per run, as another user, and both, in rounds that
 alternate the modes within one process run (so machine noise hits all of them alike).
 Each round runs bench.ceiling in its own process; reported: runs/s, wall and CPU

@@ -30,8 +30,8 @@ import asyncpg
 import psutil
 
 from bench.common import PYTHON, ROOT, Context, ScenarioResult, start_supervisors
-from supervisor import cgroups
 from supervisor.local.plumbing import wait_until
+from supervisor.proc import cgroups
 
 NAME = "throughput"
 TYPE = "noop"
@@ -85,7 +85,7 @@ def cpu_snapshot(pids: list[int]) -> dict[str, float]:
         snap["children"] += reaped
         for child in with_children.children():
             try:
-                if "supervisor.keeper" in " ".join(child.cmdline()):
+                if "supervisor.proc.keeper" in " ".join(child.cmdline()):
                     snap["keepers"] += sum(_cpu(child))
             except psutil.Error:
                 continue
@@ -268,7 +268,7 @@ async def run(ctx: Context) -> ScenarioResult:
                 rate,
                 "runs/s",
                 baseline=_mean(r["ceilings"]["child"]["runs_per_s"] for r in mine),
-                note="baseline: supervisor.runner.Child, same concurrency, no database: "
+                note="baseline: supervisor.proc.runner.Child, same concurrency, no database: "
                 "what claiming, fencing and recording cost",
             )
             # What decides the ratio on a small machine: CPU per run, all processes.

@@ -38,8 +38,8 @@ from supervisor.core.migrator import check_schema, migrate, pending_migrations
 from supervisor.core.procsafe import undumpable
 from supervisor.core.store import Store
 from supervisor.executor import Executor
-from supervisor.keeper import Keeper
-from supervisor.orphans import Orphans
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.orphans import Orphans
 from supervisor.registry import Registry
 from supervisor.reload import Reloader, describe, log_rejected
 from supervisor.sdnotify import Notifier

@@ -98,8 +98,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_supervise(args: argparse.Namespace) -> int:
     from supervisor.app import Supervisor
+    from supervisor.proc.spawn import install_fast_child_watcher
     from supervisor.registry import load_registry
-    from supervisor.spawn import install_fast_child_watcher
 
     cfg = _config(args)
     setup_logging(cfg.log_level)
@@ -118,8 +118,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 def _cgroup_args(cfg: Config, *, prepare: bool = False) -> dict[str, Any]:
     """load_registry's view of this host's cgroups; `prepare` (the supervisor only): set the
     supervisor up for them first (cgroups.prepare: its own leaf, controllers, stale runs)."""
-    from supervisor import cgroups
     from supervisor.core.log import log_event
+    from supervisor.proc import cgroups
 
     host = cgroups.probe() if cfg.cgroups != "off" else cgroups.Host(problem="cgroups = off")
     if prepare and cfg.cgroups != "off":

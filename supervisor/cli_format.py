@@ -56,7 +56,7 @@ def handlers_text(reg: Registry, isolation: str) -> str:
 
 def _in_force(h: Handler) -> dict[str, Any]:
     """A handler's settings as they apply; environment variables by name only (secrets)."""
-    from supervisor.isolation import UNLIMITED
+    from supervisor.proc.isolation import UNLIMITED
 
     ident = h.identity
     return {

@@ -25,13 +25,13 @@ from supervisor.executor import Executor
 from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
 from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
-from supervisor.keeper import Keeper
 from supervisor.listener import Listener
 from supervisor.livetail import LiveTail
 from supervisor.loop import Loop
 from supervisor.notifier import WebhookNotifier
-from supervisor.orphans import Orphans
 from supervisor.planner import PLAN_LANES, Planner
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.orphans import Orphans
 from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry

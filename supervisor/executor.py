@@ -23,7 +23,6 @@ from datetime import timedelta
 from typing import Any
 
 from supervisor import lease
-from supervisor.child import ChildResult, ChildSpec
 from supervisor.completer import Completer
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
@@ -32,10 +31,11 @@ from supervisor.core.records import Claim
 from supervisor.core.store import Completion, Store
 from supervisor.faces import AttemptEnded, LiveOutput
 from supervisor.inflight import InFlight, Phase
-from supervisor.isolation import EnvFileError, read_env_files
-from supervisor.orphans import Orphans
+from supervisor.proc.child import ChildResult, ChildSpec
+from supervisor.proc.isolation import EnvFileError, read_env_files
+from supervisor.proc.orphans import Orphans
+from supervisor.proc.runner import Child
 from supervisor.registry import Registry
-from supervisor.runner import Child
 from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
 DEFAULT_TIMEOUT = 3600.0

@@ -7,7 +7,7 @@ import asyncio
 import enum
 from dataclasses import dataclass, field
 
-from supervisor.runner import Child
+from supervisor.proc.runner import Child
 
 
 class Phase(enum.Enum):

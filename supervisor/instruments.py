@@ -13,8 +13,8 @@ from supervisor.core.records import Reaped, Skipped
 from supervisor.executor import Executor
 from supervisor.faces import AttemptEnded
 from supervisor.heartbeater import Heartbeater
-from supervisor.orphans import Orphans
 from supervisor.planner import Planner
+from supervisor.proc.orphans import Orphans
 
 
 class RidesOutDbErrors(Protocol):

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from supervisor import cgroups, isolation
-from supervisor.cgroups import Limits
 from supervisor.core.model import TYPE, TYPE_RULE
-from supervisor.isolation import Identity
+from supervisor.proc import cgroups, isolation
+from supervisor.proc.cgroups import Limits
+from supervisor.proc.isolation import Identity
 
 _IDENTITY_KEYS = {"user", "group", "supplementary_groups"}
 _ENV_KEYS = {"env", "pass_env", "env_files"}

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from supervisor.child import ChildEnd, ChildResult
 from supervisor.core.exitpolicy import DEFAULT_POLICY, OOM_KILLED, SIGNAL, TIMEOUT, ExitPolicy
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion
+from supervisor.proc.child import ChildEnd, ChildResult
 
 ERROR_STDERR_CHARS = 2000
 KEEPER_KILLED = "killed by the keeper: the lease was not renewed in time"

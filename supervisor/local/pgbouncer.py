@@ -45,12 +45,12 @@ from urllib.parse import quote, unquote, urlsplit
 
 import asyncpg
 
-from supervisor import parentwatch
 from supervisor.core.db import CONNECT_ERRORS, DB_ERRORS
 from supervisor.local.pgbin import _as_user, _server_user, servers
 from supervisor.local.pgchain import with_database
 from supervisor.local.pgserver import _bindable
 from supervisor.local.watchdog import forget_line, watch_line
+from supervisor.proc import parentwatch
 
 __all__ = ["LocalPgBouncer", "PgBouncerError", "find_pgbouncer"]
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from supervisor import parentwatch
 from supervisor.core.secretfile import load_or_create
 from supervisor.local.pgbin import (
     IncompatibleDataDir,
@@ -29,6 +28,7 @@ from supervisor.local.pgbin import (
     servers,
 )
 from supervisor.local.watchdog import forget_line, watch_line
+from supervisor.proc import parentwatch
 
 __all__ = [  # with what tests and pgchain import from here
     "DATABASE", "SUPERUSER", "IncompatibleDataDir", "LocalPostgres", "PgServerError",

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from api.client import DEFAULT_URL as DEFAULT_API_URL
-from supervisor import parentwatch
 from supervisor.core import jobs
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import connect
@@ -43,6 +42,7 @@ from supervisor.core.store import Store
 from supervisor.local.pgbin import IncompatibleDataDir, PgServerError
 from supervisor.local.plumbing import WaitTimeout, wait_until_blocking
 from supervisor.local.watchdog import watch_line
+from supervisor.proc import parentwatch
 
 _WAYS_OUT = (
     "start afresh in another directory (--data-dir DIR), upgrade this one with pg_upgrade, "

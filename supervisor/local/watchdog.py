@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 
-from supervisor.parentwatch import ParentPipe
+from supervisor.proc.parentwatch import ParentPipe
 
 _POLL = 0.05
 Steps = list[tuple[signal.Signals, float]]

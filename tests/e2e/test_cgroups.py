@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from supervisor import cgroups
 from supervisor.core import runs
 from supervisor.core.store import Store
+from supervisor.proc import cgroups
 
 from ..helpers import wait_for
 from .procs import Cluster, read_pids, wait_gone, watch

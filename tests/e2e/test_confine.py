@@ -25,9 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 import pytest
 
-from supervisor import cgroups
 from supervisor.core.store import Store
-from supervisor.keeper import KEEPER_ENV
+from supervisor.proc import cgroups
+from supervisor.proc.keeper import KEEPER_ENV
 
 from ..helpers import wait_for
 from .procs import ROOT, Cluster, Supervisor
@@ -47,7 +47,7 @@ echo "uid=$(id -u)"
 snoop supervisor $sup
 k=keeperd  # not spelled out: this script's own command line must not match
 for d in /proc/[0-9]*; do
-  case "$(tr '\0' ' ' 2>/dev/null < $d/cmdline)" in *"-m supervisor.$k "*) ;; *) continue ;; esac
+  case "$(tr '\0' ' ' 2>/dev/null < $d/cmdline)" in *"-m supervisor.proc.$k "*) ;; *) continue ;; esac
   [ "$(cut -d' ' -f4 $d/stat 2>/dev/null)" = "$sup" ] && snoop keeper ${d#/proc/}
 done
 if tr '\0' '\n' < /proc/$$/environ | grep -q '^PUNCHCLOCK_RUN_ID='; then echo handler=dumpable; fi
@@ -106,7 +106,7 @@ def _with_password(dsn: str, password: str) -> str:
 
 def _keeper_of(sup: Supervisor) -> psutil.Process:
     [keeper] = [
-        p for p in psutil.Process(sup.pid).children() if "supervisor.keeperd" in p.cmdline()
+        p for p in psutil.Process(sup.pid).children() if "supervisor.proc.keeperd" in p.cmdline()
     ]
     return keeper
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor import cgroups
-from supervisor.cgroups import Host, Limits
-from supervisor.child import ChildSpec
-from supervisor.runner import Child
+from supervisor.proc import cgroups
+from supervisor.proc.cgroups import Host, Limits
+from supervisor.proc.child import ChildSpec
+from supervisor.proc.runner import Child
 
 from ..helpers import wait_for
 from .test_runner import fake_process
@@ -207,9 +207,9 @@ async def test_v1_freezer_kill_when_there_is_no_v2_tree(
 FAKE_SUPERVISOR = textwrap.dedent("""
     import asyncio, os, signal, sys, time
     sys.path.insert(0, sys.argv[1])
-    from supervisor import cgroups
-    from supervisor.keeper import Keeper
-    from supervisor.runner import Child, ChildSpec
+    from supervisor.proc import cgroups
+    from supervisor.proc.keeper import Keeper
+    from supervisor.proc.runner import Child, ChildSpec
 
     async def main():
         keeper = await Keeper.start(sys.argv[2])

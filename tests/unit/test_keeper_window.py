@@ -13,9 +13,9 @@ from typing import cast
 
 import pytest
 
-from supervisor import keeper as keeper_module
-from supervisor.keeper import Keeper
-from supervisor.keeperd import Table, _apply
+from supervisor.proc import keeper as keeper_module
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.keeperd import Table, _apply
 
 
 class _Proc:

@@ -31,10 +31,9 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "cgkill", "cgroups", "child", "duties", "executor", "faces", "inflight", "isolation", "keeper",
-    "keeperd", "lease", "loop",
-    "orphans", "outbound", "output",
-    "parentwatch", "registry", "runner", "sdnotify", "spawn", "tree", "verdict",
+    "duties", "executor", "faces", "inflight", "lease", "loop",
+    "outbound",
+    "registry", "sdnotify", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments",
        "reload"}  # fmt: skip
@@ -74,7 +73,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _layer(module: str) -> str:
-    if module.startswith(("core.", "local.")):
+    if module.startswith(("core.", "local.", "proc.")):
         return module.split(".", maxsplit=1)[0]
     for name, layer in (("services", SERVICES), ("daemon", DAEMON), ("top", TOP)):
         if module in layer:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import isolation
 from supervisor.cli import main
-from supervisor.isolation import EnvFileError, identity_switch_problem, read_env_files
+from supervisor.proc import isolation
+from supervisor.proc.isolation import EnvFileError, identity_switch_problem, read_env_files
 from supervisor.registry import load_registry
 
 ALL_CAPS = "000001ffffffffff"

@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.keeper import Keeper
-from supervisor.keeperd import CHILD_ID_ENV
-from supervisor.runner import Child, ChildResult, ChildSpec
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.keeperd import CHILD_ID_ENV
+from supervisor.proc.runner import Child, ChildResult, ChildSpec
 
 from ..helpers import wait_for
 
@@ -471,9 +471,9 @@ def test_a_closed_event_loop_leaves_no_fd_behind() -> None:
 FAKE_SUPERVISOR = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from supervisor.keeper import Keeper
-from supervisor.keeperd import CHILD_ID_ENV
-from supervisor.runner import Child, ChildSpec
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.keeperd import CHILD_ID_ENV
+from supervisor.proc.runner import Child, ChildSpec
 
 async def main():
     keeper = await Keeper.start(sys.argv[2])
@@ -546,8 +546,8 @@ async def test_keeper_kills_children_when_the_supervisor_is_killed(tmp_path: Pat
 UNFLUSHED_SUPERVISOR = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-import supervisor.keeper as keeper_module
-from supervisor.runner import Child, ChildSpec
+import supervisor.proc.keeper as keeper_module
+from supervisor.proc.runner import Child, ChildSpec
 
 keeper_module._COALESCE_SECONDS = 3600.0  # the registration below is never written
 
@@ -595,9 +595,9 @@ async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
 FROZEN_SUPERVISOR = """
 import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from supervisor.keeper import Keeper
-from supervisor.keeperd import CHILD_ID_ENV
-from supervisor.runner import Child, ChildSpec
+from supervisor.proc.keeper import Keeper
+from supervisor.proc.keeperd import CHILD_ID_ENV
+from supervisor.proc.runner import Child, ChildSpec
 
 async def main():
     keeper = await Keeper.start(sys.argv[2])
@@ -635,8 +635,8 @@ async def test_keeper_kills_a_frozen_supervisors_child_at_its_deadline(tmp_path:
 FROZEN_BEFORE_REGISTERING = """
 import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-import supervisor.keeper as keeper_module
-from supervisor.runner import Child, ChildSpec
+import supervisor.proc.keeper as keeper_module
+from supervisor.proc.runner import Child, ChildSpec
 
 keeper_module._COALESCE_SECONDS = 3600.0  # the group registration is never written
 
@@ -666,8 +666,8 @@ async def test_keeper_kills_at_the_deadline_a_child_whose_group_it_never_heard_o
 FROZEN_AFTER_A_BATCH = """
 import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-import supervisor.keeper as keeper_module
-from supervisor.runner import Child, ChildSpec
+import supervisor.proc.keeper as keeper_module
+from supervisor.proc.runner import Child, ChildSpec
 
 keeper_module._COALESCE_SECONDS = 3600.0  # only announcements and sync() are written
 

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import os
-from supervisor import spawn
+from supervisor.proc import spawn
 
 def run(argv, **kw):
     p = spawn.start_process(argv, {"PATH": "/usr/bin:/bin"}, None, **kw)
@@ -31,10 +31,11 @@ def test_children_drop_the_supervisors_ambient_capabilities() -> None:
     # use the system Python and a world-readable copy of the modules involved.
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     with tempfile.TemporaryDirectory() as tmp:
-        pkg = Path(tmp) / "supervisor"
-        pkg.mkdir()
-        for name in ("__init__.py", "spawn.py", "isolation.py"):
-            shutil.copy(ROOT / "supervisor" / name, pkg / name)
+        for name in ("__init__.py", "proc/__init__.py", "proc/spawn.py", "proc/isolation.py"):
+            (Path(tmp) / "supervisor" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / "supervisor" / name, Path(tmp) / "supervisor" / name)
+        (Path(tmp) / "supervisor" / "proc").chmod(0o755)
+        (Path(tmp) / "supervisor").chmod(0o755)
         Path(tmp).chmod(0o755)
         caps = "+setuid,+setgid,+kill"
         done = subprocess.run(

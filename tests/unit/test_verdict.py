@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from supervisor.child import ChildEnd, ChildResult
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.exitpolicy import DEFAULT_POLICY, EXIT_PERMANENT, ExitPolicy, parse_policy
+from supervisor.proc.child import ChildEnd, ChildResult
 from supervisor.verdict import KEEPER_KILLED, retry_delay, verdict
 
 

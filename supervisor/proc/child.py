@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from supervisor.cgroups import Host, Limits
+from supervisor.proc.cgroups import Host, Limits
 
 
 class ChildEnd(StrEnum):

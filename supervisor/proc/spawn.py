@@ -24,10 +24,10 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, NamedTuple
 
-from supervisor import isolation
+from supervisor.proc import isolation
 
 if TYPE_CHECKING:
-    from supervisor.cgroups import RunCgroup
+    from supervisor.proc.cgroups import RunCgroup
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4

@@ -23,16 +23,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from supervisor import cgroups, tree
-from supervisor.child import ChildEnd, ChildResult, ChildSpec
 from supervisor.core.log import log_event
-from supervisor.keeperd import CHILD_ID_ENV, INSTANCE_ENV
-from supervisor.output import Tail
-from supervisor.spawn import spawn_error_text, start_process
+from supervisor.proc import cgroups, tree
+from supervisor.proc.child import ChildEnd, ChildResult, ChildSpec
+from supervisor.proc.keeperd import CHILD_ID_ENV, INSTANCE_ENV
+from supervisor.proc.output import Tail
+from supervisor.proc.spawn import spawn_error_text, start_process
 
 if TYPE_CHECKING:
-    from supervisor.keeper import Keeper
-    from supervisor.orphans import Orphans
+    from supervisor.proc.keeper import Keeper
+    from supervisor.proc.orphans import Orphans
 
 _READ_SIZE = 1 << 16  # the default pipe capacity: one read empties a full pipe
 _LEFTOVER_GRACE = 1.0  # cap on the TERM→KILL grace for what a handler leaves in its group

@@ -4,7 +4,7 @@ OOM kill, crash), and when a child's kill-by deadline passes unrenewed (the supe
 frozen, or its event loop is blocked, past the child's lease). It kills nothing else. The
 supervisor's handle on it is `keeper.Keeper`.
 
-Run as `python -m supervisor.keeperd <instance_id>`; it reads lines on stdin:
+Run as `python -m supervisor.proc.keeperd <instance_id>`; it reads lines on stdin:
 `=<child_id> <kill_by>` announces a child about to be spawned (written before the spawn, so
 a supervisor frozen right after it cannot leave the child without a deadline); `=<prefix>*`
 announces every child whose id starts with prefix (a claim's batch; `-0 <prefix>*` withdraws
@@ -24,7 +24,7 @@ It makes itself non-dumpable (`undumpable`) and is started with a minimal enviro
 (keeper.KEEPER_ENV): a handler of the supervisor's uid cannot read either from /proc.
 
 This module imports only the stdlib's os, sys, signal, select and time (and ctypes once, at
-start), parentwatch, cgkill and core.procsafe (about 10 MB RSS; asyncio would double it).
+start), parentwatch and cgkill (about 10 MB RSS; asyncio would double it).
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from supervisor import cgkill
-from supervisor.core.procsafe import undumpable
-from supervisor.parentwatch import ParentPipe
+from supervisor.proc import cgkill
+from supervisor.proc.parentwatch import ParentPipe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,6 +44,17 @@ if TYPE_CHECKING:
 INSTANCE_ENV = "PUNCHCLOCK_SUPERVISOR_INSTANCE"
 CHILD_ID_ENV = "PUNCHCLOCK_CHILD_ID"
 READY = b"ready\n"  # written once the keeper ignores terminal signals and reads its stdin
+_PR_SET_DUMPABLE = 4
+
+
+def undumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0), as core/procsafe.py does for the daemons (proc/ imports
+    nothing of supervisor/ but core/log): a process of the supervisor's uid can then no
+    longer read the keeper's /proc files nor ptrace it."""
+    import ctypes  # here, not at import time: about 0.7 MB of the keeper's RSS, paid once
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
 
 
 def _sigkill(kill: Callable[[int, int], None], target: int) -> bool:
@@ -171,7 +181,7 @@ def _apply(line: bytes, children: Table) -> bool:
 
 def _main(argv: list[str]) -> int:
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m supervisor.keeperd <instance_id>\n")
+        sys.stderr.write("usage: python -m supervisor.proc.keeperd <instance_id>\n")
         return 2
     instance_id = argv[1]
     # Ctrl-C or a TERM sent to the whole group must not remove the safety net first.

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import subprocess
 
 # `-m supervisor.<helper>` must work whatever the cwd and whether or not we are installed.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CHECK_PARENT = 1.0  # seconds between getppid() checks
 
 

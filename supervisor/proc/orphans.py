@@ -15,7 +15,7 @@ import os
 import signal
 
 from supervisor.core.log import log_event
-from supervisor.keeperd import CHILD_ID_ENV
+from supervisor.proc.keeperd import CHILD_ID_ENV
 
 _PR_SET_CHILD_SUBREAPER = 36
 _SWEEP_DELAY = 0.02  # sweeps requested by finishing handlers go out together

@@ -10,8 +10,8 @@ import logging
 import os
 import subprocess
 
-from supervisor import parentwatch
-from supervisor.keeperd import READY
+from supervisor.proc import parentwatch
+from supervisor.proc.keeperd import READY
 
 _START_TIMEOUT = 10.0
 _CLOSE_TIMEOUT = 5.0
@@ -225,5 +225,5 @@ KEEPER_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYT
 def _spawn_keeper(instance_id: str) -> subprocess.Popen[bytes]:
     drop = tuple(name for name in os.environ if name not in KEEPER_ENV)
     return parentwatch.spawn(
-        "supervisor.keeperd", [instance_id], drop_env=drop, stdout=subprocess.PIPE
+        "supervisor.proc.keeperd", [instance_id], drop_env=drop, stdout=subprocess.PIPE
     )

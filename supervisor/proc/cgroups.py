@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from supervisor import cgkill
+from supervisor.proc import cgkill
 
 MOUNTINFO = "/proc/self/mountinfo"
 MEMBERSHIP = "/proc/self/cgroup"
