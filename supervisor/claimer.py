@@ -56,7 +56,7 @@ from supervisor.core.log import log_event
 from supervisor.core.records import Claim, Skipped
 from supervisor.core.store import Store
 from supervisor.duties import Duties
-from supervisor.faces import Slots
+from supervisor.faces import Rider, Riders, Slots
 from supervisor.loop import Loop, Pass
 
 # Old unstarted runs one catch-up pass judges; the next pass reads on from the last one.
@@ -79,6 +79,7 @@ class ClaimPass(Pass):
     # Claimed runs that could not be started here (an error in start()): their leases
     # lapse and the reaper retries them elsewhere, spending an attempt, so a poison run ends.
     unstarted: int = 0
+    rode: int = 0  # results recorded by the claim they rode on (claim_and_complete_runs)
 
 
 class Claimer(Loop):
@@ -102,6 +103,7 @@ class Claimer(Loop):
         duties: Duties | None = None,
         poll_gap: float = 0.04,
         listening: Callable[[], bool] | None = None,
+        riders: Riders | None = None,
     ) -> None:
         super().__init__(poll_interval, jitter=0.1)
         self.poll_interval = poll_interval
@@ -113,6 +115,8 @@ class Claimer(Loop):
         # Whether a LISTEN connection is up now: without one, polls are all there is.
         self.listening = listening or (lambda: True)
         self.store = store
+        # Finished runs' results that ride on the next claim (claim_and_complete_runs).
+        self.riders = riders
         self.owner = owner
         self.types = types
         self.slots = slots
@@ -223,6 +227,9 @@ class Claimer(Loop):
         if held is not None or sent_at >= self._cursors_until:
             self._cursors.clear()
         claims: list[tuple[list[str], int, list[Claim]]] = []
+        # Not after an uncertain claim: its recovery gives back what it does not hold.
+        riders = self.riders.take_riders() if self.riders and held is None else []
+        recorded: set[int] | None = None
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
                 old = sent_at >= self._catchup_old_at and self._catchup()
@@ -231,28 +238,42 @@ class Claimer(Loop):
                 rows: list[Claim] = []
                 for types, most in batches:
                     if (n := min(most, free - len(rows))) > 0:
-                        got = await tx.claim_runs(
-                            types, n, self.owner, self.lease_ttl, held, self.ahead,
-                            self.misfire_grace, self._cursors,
-                        )  # fmt: skip
+                        if riders and recorded is None:  # they ride on the first statement
+                            got, recorded = await tx.claim_and_complete_runs(
+                                [r.completion for r in riders], types, n, self.owner,
+                                self.lease_ttl, self.ahead, self.misfire_grace, self._cursors,
+                            )  # fmt: skip
+                        else:
+                            got = await tx.claim_runs(
+                                types, n, self.owner, self.lease_ttl, held, self.ahead,
+                                self.misfire_grace, self._cursors,
+                            )  # fmt: skip
                         held = None  # the recovery runs once, in the first statement
                         claims.append((types, n, got))
                         rows += got
         except UniqueConflict:
             # Another host started a run of the same exclusive job at the same moment.
+            self._unseat(riders)  # rolled back with it: each goes on its own now
             self._cursors.clear()
             self._skipped(skipped if not many else [])  # committed on its own
             return ClaimPass(0.01)
         except DB_ERRORS:
+            self._unseat(riders)  # recorded or not: the completer's retry finds out
             self._cursors.clear()
             self._skipped(skipped if not many else [])
             self.uncertain = True
             self._backlog = False
             raise
+        except BaseException:
+            self._unseat(riders)  # a value the database refused, or cancelled: on their own
+            raise
         for types, n, got in claims:
             self._move_cursors(types, n, got, sent_at)
         recovered = held_ids is not None
+        rode = 0
         if len(rows) == free and not self._backlog:
+            rode = self._rode(riders, recorded)  # no await before they are told
+            riders = []
             await self._fan_out(rows)
         self._backlog = len(rows) == free
         self.uncertain = False
@@ -288,11 +309,13 @@ class Claimer(Loop):
                     job_name=row.job_name,
                     error=repr(exc),
                 )
+        rode += self._rode(riders, recorded)  # after the starts: no child waits for them
         if not old and ((not rows and self._catchup()) or any(r.overlap_due for r in rows)):
             skipped += await self._skip_overlaps()
         done = ClaimPass(
-            claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted
-        )
+            claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted,
+            rode=rode,
+        )  # fmt: skip
         if recovered:
             log_event(self.log, "claim_recovered", held=len(held_ids or ()))
             return replace(done, next_in=0.0)  # runs given back just now are due: claim again
@@ -315,6 +338,20 @@ class Claimer(Loop):
         if due_in is None:
             return replace(done, next_in=self._next_poll())
         return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+
+    def _unseat(self, riders: list[Rider]) -> None:
+        if riders and self.riders:
+            self.riders.unseat(riders)
+
+    def _rode(self, riders: list[Rider], recorded: set[int] | None) -> int:
+        """Tell the riders of a committed claim; how many were recorded."""
+        if not riders or not self.riders:
+            return 0
+        if recorded is None:  # no statement was sent (cannot happen: free > 0)
+            self.riders.unseat(riders)
+            return 0
+        self.riders.rode(riders, recorded)
+        return sum(r.completion.run_id in recorded for r in riders)
 
     def _move_cursors(self, types: list[str], n: int, got: list[Claim], now: float) -> None:
         """After a committed claim of `n` runs of `types`: full, each type's cursor moves to

@@ -5,6 +5,10 @@ each submitter learns which, through its callback (`enqueue`, the executor's pat
 or task wake-up per run) or its future (`submit`). After `stop`, an unreachable database is
 retried for one lease TTL at most, then the results are given up (the reaper takes those runs
 over).
+
+Results that may ride on a claim (plain successes) are also offered to the claimer
+(`take_riders`): a busy host's claim records them in its own statement
+(claim_and_complete_runs), so its finished runs cost no statement of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
 from supervisor.core.store import Completion, Store
+from supervisor.faces import Rider
 
 BATCH = 500
 # A batch waits this long for more results: one statement (and one commit) for several runs.
@@ -39,19 +44,38 @@ class Completer:
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
-        # (completion, wakes_others, told): told True recorded, False late, None given up
-        # at shutdown
-        self._pending: list[tuple[Completion, bool, Callable[[bool | None], None]]] = []
+        self._pending: list[Rider] = []
         self._pending_event = asyncio.Event()
         self.refused = 0  # results the database refused as they were (completion_refused)
         self.errors = 0  # batches a database error stopped, retried (punchclock_db_errors)
+        self.ridden = 0  # results recorded by a claim they rode on
 
     def enqueue(
         self, completion: Completion, wakes_others: bool, told: Callable[[bool | None], None]
     ) -> None:
         """Queue a result; `told` gets True once it is recorded, False if it was late, None
         if it was given up at shutdown (called from this loop; it must not raise)."""
-        self._pending.append((completion, wakes_others, told))
+        self._pending.append(Rider(completion, wakes_others, told))
+        self._pending_event.set()
+
+    def take_riders(self) -> list[Rider]:
+        riders: list[Rider] = []
+        kept: list[Rider] = []
+        for p in self._pending:
+            (riders if p.rides and len(riders) < BATCH else kept).append(p)
+        if riders:
+            self._pending = kept
+        return riders
+
+    def rode(self, riders: list[Rider], recorded: set[int]) -> None:
+        self.ridden += sum(p.completion.run_id in recorded for p in riders)
+        for p in riders:
+            _tell(p.told, p.completion.run_id in recorded)
+
+    def unseat(self, riders: list[Rider]) -> None:
+        for p in riders:
+            p.solo = True
+        self._pending[:0] = riders
         self._pending_event.set()
 
     async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
@@ -89,30 +113,34 @@ class Completer:
                 continue
             if len(self._pending) < BATCH and not stop.is_set():
                 await asyncio.sleep(COALESCE)  # pacing: results that end meanwhile join
+                if not self._pending:
+                    continue  # a claim took them (take_riders)
+            # Out of the queue while in flight: a claim meanwhile takes only later ones.
             batch = self._pending[:BATCH]
+            del self._pending[: len(batch)]
             try:
-                recorded = await self._record([c for c, _, _ in batch])
+                recorded = await self._record([p.completion for p in batch])
             except DB_ERRORS as exc:
+                self._pending[:0] = batch
                 self.errors += 1
                 log_event(
                     log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
                 )
                 if give_up_at is not None and time.monotonic() > give_up_at:
                     pending, self._pending = self._pending, []
-                    for _, _, told in pending:
-                        _tell(told, None)
+                    for p in pending:
+                        _tell(p.told, None)
                     return
                 await asyncio.sleep(backoff)  # retry pacing, not synchronisation
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05
-            del self._pending[: len(batch)]
             # Wake other hosts when a retry is scheduled, or an exclusive job or a limit's
             # slot is free again.
-            if any(c.status == RunStatus.FAILED or wakes for c, wakes, _ in batch):
+            if any(p.completion.status == RunStatus.FAILED or p.wakes_others for p in batch):
                 await self._notify_quietly()
-            for completion, _, told in batch:
-                _tell(told, completion.run_id in recorded)
+            for p in batch:
+                _tell(p.told, p.completion.run_id in recorded)
 
     async def _record(self, batch: list[Completion]) -> set[int]:
         """Record a batch; a value the database refuses fails only the result that holds it.

@@ -113,6 +113,7 @@ def build_services(
         duties=duties,
         poll_gap=cfg.poll_gap,
         listening=lambda: listener is not None and listener.listening(),
+        riders=executor.completer,
     )
 
     def planned(inserted: int, seconds: float) -> None:

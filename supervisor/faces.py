@@ -7,11 +7,13 @@ executor, and app.py hands them the executor itself. Metrics are recorded from
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from supervisor.core.model import RunStatus
 from supervisor.core.records import Claim
+from supervisor.core.store import Completion
 
 
 class Slots(Protocol):
@@ -74,3 +76,40 @@ class AttemptEnded:
     outcome: str
     duration: float | None
     dead: bool = False  # the run is out of attempts (or failed permanently)
+
+
+@dataclass(slots=True)
+class Rider:
+    """A finished run's result waiting in the completer: `told` learns True once it is
+    recorded, False if it was late, None if it was given up at shutdown."""
+
+    completion: Completion
+    wakes_others: bool
+    told: Callable[[bool | None], None]
+    solo: bool = False  # a claim it rode on failed: it goes in a completion of its own
+
+    @property
+    def rides(self) -> bool:
+        """A plain success: it may ride on a claim (one that frees a slot another host may
+        take, or schedules a retry, goes alone, with the NOTIFY that follows it)."""
+        return (
+            self.completion.status is RunStatus.SUCCEEDED and not self.wakes_others
+            and not self.solo
+        )  # fmt: skip
+
+
+class Riders(Protocol):
+    """What the claimer needs of the completer: results that ride on its next claim (one
+    statement claims and records; claim_and_complete_runs), and where they go after it."""
+
+    def take_riders(self) -> list[Rider]:
+        """The waiting results that may ride, out of the completer's queue."""
+        ...
+
+    def rode(self, riders: list[Rider], recorded: set[int]) -> None:
+        """The claim committed: tell each rider whether it was recorded."""
+        ...
+
+    def unseat(self, riders: list[Rider]) -> None:
+        """The claim failed: back to the completer, each to be sent on its own."""
+        ...

@@ -280,20 +280,9 @@ LEFT JOIN LATERAL (SELECT run_after, id FROM old ORDER BY run_after DESC, id DES
 
 -- ---------------------------------------------------------------- claiming
 
--- name: claim_runs
--- One short transaction: lock due runs of the types offered here, start them under a new
--- lease token and record the attempt. $6 (claim_ahead): runs due within that many seconds
--- are claimed too; the executor starts each at its instant (start_in), and started_at is
--- that instant, never the earlier claim. Exclusive jobs (overlap skip/wait) start at most one
--- run; runs_one_running_exclusive turns a cross-host race into a unique violation.
--- $5: NULL normally. After a claim whose outcome is unknown (the connection died around
--- COMMIT) it lists the runs this host holds: any other run still leased to this host was
--- claimed by the lost transaction and never started, so it goes back at once without
--- using an attempt (as at shutdown), instead of waiting for the reaper to charge one.
--- Only while its lease is current: an expired one may be a run that really executed and
--- whose late result was rejected (an outage longer than the lease); the reaper records
--- that as lease_lost.
-WITH {{blocked_exclusive}}, orphans AS (
+-- fragment: claim_with
+-- claim_runs up to its final SELECT (claim_and_complete_runs pastes it too).
+{{blocked_exclusive}}, orphans AS (
     -- run_after: a run claimed ahead goes back due at its instant, not now (never early).
     UPDATE runs r SET status = 'scheduled', run_after = greatest(now(), r.run_after),
         lease_owner = NULL, lease_expires_at = NULL, max_attempts = r.max_attempts + 1,
@@ -422,6 +411,8 @@ WITH {{blocked_exclusive}}, orphans AS (
     FROM claimed c JOIN candidates k ON k.id = c.id
     WHERE k.ping_url IS NOT NULL
 )
+
+-- fragment: claim_select
 SELECT c.id, c.job_id, c.scheduled_at, c.run_after, c.attempts, c.max_attempts, c.lease_token,
        c.started_at, c.trigger, c.exclusive OR c.job_slot IS NOT NULL OR c.group_slot IS NOT NULL
            AS wakes_others,
@@ -437,7 +428,35 @@ SELECT c.id, c.job_id, c.scheduled_at, c.run_after, c.attempts, c.max_attempts, 
        -- only then (and once a second for old runs), not before every claim.
        EXISTS (SELECT 1 FROM blocked_exclusive) AS overlap_due
 FROM claimed c JOIN candidates k ON k.id = c.id
-ORDER BY c.run_after, c.id;
+ORDER BY c.run_after, c.id
+
+-- name: claim_runs
+-- One short transaction: lock due runs of the types offered here, start them under a new
+-- lease token and record the attempt. $6 (claim_ahead): runs due within that many seconds
+-- are claimed too; the executor starts each at its instant (start_in), and started_at is
+-- that instant, never the earlier claim. Exclusive jobs (overlap skip/wait) start at most one
+-- run; runs_one_running_exclusive turns a cross-host race into a unique violation.
+-- $5: NULL normally. After a claim whose outcome is unknown (the connection died around
+-- COMMIT) it lists the runs this host holds: any other run still leased to this host was
+-- claimed by the lost transaction and never started, so it goes back at once without
+-- using an attempt (as at shutdown), instead of waiting for the reaper to charge one.
+-- Only while its lease is current: an expired one may be a run that really executed and
+-- whose late result was rejected (an outage longer than the lease); the reaper records
+-- that as lease_lost.
+WITH {{claim_with}}
+{{claim_select}};
+
+-- name: claim_and_complete_runs
+-- claim_runs ($1-$9) with complete_runs for successes ($10-$25) in one statement: a busy
+-- host's finished runs ride on its next claim (one round trip and one commit for both;
+-- claimer.py, Riders). The claim reads the snapshot from before the completions, so a
+-- finishing run still holds its concurrency slot for this claim (the completer sends the
+-- results that free one, with their NOTIFY, on their own). One row at least: `recorded`
+-- (the completion's recorded ids) on every row, the claim's columns NULL when it got none.
+WITH {{claim_with}}, {{completion_head+9}}, {{success_events+9}}
+SELECT k.*, ARRAY(SELECT id FROM done UNION ALL SELECT id FROM already) AS recorded
+FROM (SELECT 1) AS one LEFT JOIN ({{claim_select}}) AS k ON true
+ORDER BY k.run_after, k.id;
 
 -- name: next_due_in
 -- Seconds until the next claimable run of these types comes within $2 (claim_ahead) of
@@ -481,13 +500,9 @@ WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
   AND r.lease_owner = $4::text AND r.status::text = 'running' AND r.lease_expires_at > now()
 RETURNING r.id;
 
--- name: complete_runs
--- Fenced completion: a row only matches while our lease is current on the database
--- clock. A run missing from the result is a late result: it is not recorded.
--- Idempotent: when a batch committed but the reply was lost (connection killed), the retry
--- finds its attempts already ended exactly as it would end them (same lease token, worker,
--- outcome, error) and reports them recorded again instead of late.
-WITH t AS (
+-- fragment: completion_head
+-- complete_runs up to `already`: what every completion statement records alike.
+t AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
                          $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
                          $11::float8[], $12::int8[], $13::bool[], $14::bool[], $15::text[])
@@ -526,7 +541,10 @@ WITH t AS (
     JOIN runs r ON r.id = a.run_id
     WHERE a.run_id = ANY($1::bigint[]) AND a.worker_id = $16::text AND a.finished_at IS NOT NULL
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
-), streak_reset AS (
+)
+
+-- fragment: success_events
+streak_reset AS (
     -- A batch of successes only (Store.complete_runs picks the statement): the one event it
     -- can raise is job_recovered, when a job's dead streak had reached N (job_streaks has a
     -- row only while a streak lasts, so an unwatched job costs one probe of an empty index).
@@ -551,54 +569,26 @@ WITH t AS (
     FROM done d JOIN t ON t.id = d.id
     WHERE t.ping_url IS NOT NULL
 )
+
+-- fragment: completion_recorded
 SELECT d.id, d.run_after, now() AS db_now FROM done d
 UNION ALL
-SELECT y.id, y.run_after, now() AS db_now FROM already y;
+SELECT y.id, y.run_after, now() AS db_now FROM already y
+
+-- name: complete_runs
+-- Fenced completion: a row only matches while our lease is current on the database
+-- clock. A run missing from the result is a late result: it is not recorded.
+-- Idempotent: when a batch committed but the reply was lost (connection killed), the retry
+-- finds its attempts already ended exactly as it would end them (same lease token, worker,
+-- outcome, error) and reports them recorded again instead of late.
+WITH {{completion_head}}, {{success_events}}
+{{completion_recorded}};
 
 -- name: complete_runs_with_events
--- complete_runs for a batch with a failed or dead result: the same statement up to
--- `already` (a unit test keeps them identical), plus the notification events in this
+-- complete_runs for a batch with a failed or dead result: the same recording
+-- (completion_head), plus the notification events in this
 -- transaction (DESIGN.md, Notifications), written only where a channel subscribes.
-WITH t AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[],
-                         $6::text[], $7::int[], $8::int[], $9::text[], $10::text[],
-                         $11::float8[], $12::int8[], $13::bool[], $14::bool[], $15::text[])
-        AS t(id, token, status, retry_in, outcome, error, exit_code, signal, stdout_tail,
-             stderr_tail, cpu_seconds, peak_rss_bytes, stdout_replaced, stderr_replaced,
-             ping_url)
-), done AS (
-    UPDATE runs r SET status = t.status::run_status,
-        finished_at = CASE WHEN t.status = 'failed' THEN NULL ELSE now() END,
-        run_after = CASE WHEN t.status = 'failed'
-                         THEN now() + make_interval(secs => t.retry_in) ELSE r.run_after END,
-        lease_owner = NULL, lease_expires_at = NULL, last_error = t.error
-    FROM t
-    -- By primary key only: `status::text` leaves runs_running_lease and the status index
-    -- out of the plan's reach. A generic plan made while few runs were running scanned
-    -- every running run of every host per batch (3-8 ms with 20,000 running, not 0.2).
-    WHERE r.id = ANY($1::bigint[]) AND r.id = t.id AND r.lease_token = t.token
-      AND r.lease_owner = $16::text
-      AND r.status::text = 'running' AND r.lease_expires_at > now()
-    RETURNING r.id, r.attempts, r.run_after, r.job_id, r.status, r.scheduled_at
-), att AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = t.outcome::attempt_outcome,
-        error = t.error, exit_code = t.exit_code, signal = t.signal,
-        stdout_tail = t.stdout_tail, stderr_tail = t.stderr_tail,
-        cpu_seconds = t.cpu_seconds, peak_rss_bytes = t.peak_rss_bytes,
-        stdout_replaced = t.stdout_replaced, stderr_replaced = t.stderr_replaced
-    FROM done d JOIN t ON t.id = d.id
-    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done)) AND a.run_id = d.id  -- by key (claim_runs)
-      AND a.attempt = d.attempts
-), already AS (
-    -- Reads the snapshot from before `done` and `att`: nothing this statement ends is here.
-    -- By key ($1), whichever side a generic plan starts from: one made while run_attempts
-    -- looked empty read every attempt this host ever finished, on every completion.
-    SELECT a.run_id AS id, r.run_after FROM t
-    JOIN run_attempts a ON a.run_id = t.id AND a.lease_token = t.token
-    JOIN runs r ON r.id = a.run_id
-    WHERE a.run_id = ANY($1::bigint[]) AND a.worker_id = $16::text AND a.finished_at IS NOT NULL
-      AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
-), ended AS (
+WITH {{completion_head}}, ended AS (
     SELECT d.id, d.job_id, d.attempts, d.scheduled_at, d.status::text AS status, t.error,
            t.exit_code, CASE d.status WHEN 'dead' THEN 'run_dead' ELSE 'run_failed' END AS event,
            -- The handler's own doing (exit status, signal, timeout): what auto-pause counts.
@@ -687,9 +677,7 @@ WITH t AS (
     FROM done d JOIN t ON t.id = d.id
     WHERE t.ping_url IS NOT NULL AND d.status IN ('succeeded', 'dead')
 )
-SELECT d.id, d.run_after, now() AS db_now FROM done d
-UNION ALL
-SELECT y.id, y.run_after, now() AS db_now FROM already y;
+{{completion_recorded}};
 
 -- name: release_runs
 -- Graceful shutdown: give unfinished runs back without consuming an attempt (the budget

@@ -17,9 +17,11 @@ from supervisor.core.errors import Conflict, RefusedValue, UniqueConflict
 from supervisor.core.model import RunStatus
 
 _QUERY_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
-# A fragment (a WITH-list entry several queries share) is written once and pasted where a
-# query says {{NAME}}.
-_USE = re.compile(r"\{\{(\w+)\}\}")
+# A fragment (a WITH-list entry, or a final SELECT, that several queries share) is written
+# once and pasted where a query says {{NAME}}; {{NAME+K}} pastes it with its parameters
+# renumbered ($1 becomes $(1+K)), so that two statements' parts can make one.
+_USE = re.compile(r"\{\{(\w+)(?:\+(\d+))?\}\}")
+_PARAM = re.compile(r"\$(\d+)")
 _LEADING_COMMENT = re.compile(r"\A(?:--[^\n]*\n)+")
 # A branch written once and repeated for every run status, joined by UNION ALL, so that
 # a merge across statuses reads one runs_status_history range per status and PostgreSQL
@@ -53,12 +55,19 @@ def load_queries() -> dict[str, str]:
                 body = _LEADING_COMMENT.sub("", body)
             blocks[kind, name] = body
 
-    def paste(use: re.Match[str]) -> str:
-        if ("fragment", use.group(1)) not in blocks:
-            raise ValueError(f"no fragment {use.group(1)!r}")
-        return blocks["fragment", use.group(1)]
+    def expand(text: str, within: tuple[str, ...] = ()) -> str:
+        def paste(use: re.Match[str]) -> str:
+            name, shift = use.group(1), int(use.group(2) or 0)
+            if ("fragment", name) not in blocks:
+                raise ValueError(f"no fragment {name!r}")
+            if name in within:
+                raise ValueError(f"fragment {name!r} pastes itself")
+            body = expand(blocks["fragment", name], (*within, name))
+            return _PARAM.sub(lambda p: f"${int(p.group(1)) + shift}", body) if shift else body
 
-    return {n: _USE.sub(paste, b) for (kind, n), b in blocks.items() if kind == "name"}
+        return _USE.sub(paste, text)
+
+    return {n: expand(b) for (kind, n), b in blocks.items() if kind == "name"}
 
 
 QUERIES = load_queries()

@@ -181,15 +181,30 @@ class Store(History):
         is unknown: runs leased to `owner` but not held go back. A run missed by more than
         `misfire_grace` that its catch-up policy skips is left for skip_missed_runs.
         `after`: per type, read on after this (run_after, id) instead of from the start."""
-        held_ids = None if held is None else list(held)
-        offered = list(dict.fromkeys(types))
-        cursors = [(after or {}).get(t) for t in offered]
+        args = _claim_args(types, limit, owner, lease_ttl, held, ahead, misfire_grace, after)
+        return [Claim.from_row(r) for r in await self._fetch("claim_runs", *args)]
+
+    async def claim_and_complete_runs(
+        self,
+        results: Sequence[Completion],
+        types: Sequence[str],
+        limit: int,
+        owner: str,
+        lease_ttl: float,
+        ahead: float = 0.0,
+        misfire_grace: float = 60.0,
+        after: Mapping[str, tuple[datetime, int]] | None = None,
+    ) -> tuple[list[Claim], set[int]]:
+        """claim_runs and complete_runs of `results` (successes only) in one statement:
+        the claimed runs, and the ids recorded (a missing id is a late result)."""
+        if any(c.status is not RunStatus.SUCCEEDED for c in results):
+            raise ValueError("claim_and_complete_runs records successes only")
+        args = _claim_args(types, limit, owner, lease_ttl, None, ahead, misfire_grace, after)
         rows = await self._fetch(
-            "claim_runs", offered, limit, owner, lease_ttl, held_ids, ahead, misfire_grace,
-            [None if c is None else c[0] for c in cursors],
-            [None if c is None else c[1] for c in cursors],
-        )  # fmt: skip
-        return [Claim.from_row(r) for r in rows]
+            "claim_and_complete_runs", *args, *completion_columns(results), owner
+        )
+        recorded = set(rows[0]["recorded"]) if rows else set()
+        return [Claim.from_row(r) for r in rows if r["id"] is not None], recorded
 
     async def next_due_in(
         self, types: Sequence[str], ahead: float = 0.0, since: float = 0.0
@@ -230,17 +245,18 @@ class Store(History):
         return {r["id"] for r in await self._fetch("complete_runs", *cols, owner)}
 
     async def warm_hot_statements(self) -> None:
-        """The claim, the catch-up pass and the completions with nothing to claim, skip or
-        record: on a new connection, their generic plans (3-5 ms of the server's CPU each)
-        are made here instead of on the first claim or pass that uses the connection."""
+        """The claim, the catch-up pass and the completions (a claim's riders too) with
+        nothing to claim, skip or record: on a new connection, their generic plans (3-5 ms
+        of the server's CPU each) are made here instead of on the first claim or pass that
+        uses the connection."""
         await self.claim_runs([], 0, "", 1.0)  # no type offered, no run claimed
         await self.skip_missed_runs(60.0, 0, old=False)  # judges at most 0 runs
         await self.complete_runs_with_events(completion_columns([]), "")
         # complete_runs sends nothing for no results: one for a run that cannot exist (ids
         # start at 1) matches no row.
-        await self.complete_runs(
-            [Completion(0, 0, RunStatus.SUCCEEDED, 0.0, Outcome.SUCCEEDED)], ""
-        )
+        nothing = [Completion(0, 0, RunStatus.SUCCEEDED, 0.0, Outcome.SUCCEEDED)]
+        await self.complete_runs(nothing, "")
+        await self.claim_and_complete_runs(nothing, [], 0, "", 1.0)
 
     async def complete_runs_with_events(self, cols: list[list[Any]], owner: str) -> set[int]:
         """complete_runs for a batch with failed or dead results: also their notifications."""
@@ -525,3 +541,23 @@ def _job(row: Record | None) -> Job | None:
 def _rowcount(status: str) -> int:
     """asyncpg returns the command tag ("INSERT 0 5", "UPDATE 3"); the count is last."""
     return int(status.rsplit(" ", 1)[-1])
+
+
+def _claim_args(
+    types: Sequence[str],
+    limit: int,
+    owner: str,
+    lease_ttl: float,
+    held: Sequence[int] | None,
+    ahead: float,
+    misfire_grace: float,
+    after: Mapping[str, tuple[datetime, int]] | None,
+) -> list[Any]:
+    """claim_runs' $1-$9."""
+    offered = list(dict.fromkeys(types))
+    cursors = [(after or {}).get(t) for t in offered]
+    return [
+        offered, limit, owner, lease_ttl, None if held is None else list(held), ahead,
+        misfire_grace, [None if c is None else c[0] for c in cursors],
+        [None if c is None else c[1] for c in cursors],
+    ]  # fmt: skip

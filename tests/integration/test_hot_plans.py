@@ -316,6 +316,7 @@ _SHAPES = {
 }
 _HOT = [
     "claim_runs",
+    "claim_and_complete_runs",
     "next_due_in",
     "skip_missed_runs",
     "renew_leases",
@@ -341,6 +342,7 @@ def _hot_args(name: str, ids: list[int]) -> tuple[Any, ...]:
     completion = _completion_args(ids)
     return {
         "claim_runs": _CLAIM,
+        "claim_and_complete_runs": (*_CLAIM, *completion),
         "next_due_in": (["a"], 0.0, 0.0),
         "skip_missed_runs": (60.0, 10, None, None, 10),
         "renew_leases": (ids, ones, 30.0, "me"),

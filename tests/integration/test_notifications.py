@@ -268,19 +268,6 @@ def test_signatures_fail_for_tampering_a_wrong_secret_and_old_timestamps() -> No
     assert not webhooks.verify(SECRET, {**headers, "webhook-id": "msg_2"}, body, now)
 
 
-def test_both_completion_statements_record_results_alike() -> None:
-    """complete_runs (successes) and complete_runs_with_events differ only in the events."""
-    from supervisor.core.sql import QUERIES
-
-    def recording(name: str) -> str:
-        text = QUERIES[name]
-        return text[text.index("WITH t AS (") : text.index("), already AS (")]
-
-    assert recording("complete_runs") == recording("complete_runs_with_events")
-    tail = "SELECT d.id, d.run_after, now() AS db_now FROM done d"
-    assert tail in QUERIES["complete_runs"] and tail in QUERIES["complete_runs_with_events"]
-
-
 async def test_run_late_is_raised_once_per_late_run(store: Store) -> None:
     await _channel(store, "http://127.0.0.1:9/hook")
     late = await due_run(store, "late", notify=(NotifyRule("ops", ("run_late",)),))

@@ -14,7 +14,13 @@ from supervisor.core.store import Store
 from ..factory import all_attempts, due_run, manual_runs, run_ids, set_run, sql_value, statuses
 from ..helpers import drop_database, fresh_database
 
-HOT = ("claim_runs", "skip_missed_runs", "complete_runs", "complete_runs_with_events")
+HOT = (
+    "claim_runs",
+    "claim_and_complete_runs",
+    "skip_missed_runs",
+    "complete_runs",
+    "complete_runs_with_events",
+)
 
 
 async def _warm(conn: Conn) -> None:
