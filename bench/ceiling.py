@@ -23,6 +23,7 @@ from typing import Any
 
 from supervisor.proc import cgroups
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.registry import describe_isolation
 
 CHILD_MODES = ("child", "child-cgroup", "child-user", "child-cgroup-user")
 NOBODY = 65534
@@ -33,7 +34,7 @@ async def _child_worker(
 ) -> None:
     host = cgroups.probe() if "cgroup" in mode else None
     if host is not None and not host.usable:
-        raise RuntimeError(f"no cgroup per run here: {host.describe()}")
+        raise RuntimeError(f"no cgroup per run here: {describe_isolation(host)}")
     user = NOBODY if "user" in mode else None
     spec = ChildSpec(
         argv=argv,

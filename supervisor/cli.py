@@ -170,12 +170,12 @@ def cmd_schedule_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_handlers_list(args: argparse.Namespace) -> int:
-    from supervisor.registry import load_registry
+    from supervisor.registry import describe_isolation, load_registry
 
     cfg = _config(args)
     cg = _cgroup_args(cfg)
     reg = load_registry(cfg.handlers, **cg)
-    isolation = cg["cgroup_host"]().describe()
+    isolation = describe_isolation(cg["cgroup_host"]())
     text = handlers_json(reg, isolation) if args.json else handlers_text(reg, isolation)
     _print(text, plain=args.json)
     return EXIT_FAILED if reg.rejected else EXIT_OK
@@ -188,14 +188,14 @@ def _print(text: str, *, plain: bool = False) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from supervisor.checks import database_problems, security_warnings
-    from supervisor.registry import load_registry
+    from supervisor.registry import describe_isolation, load_registry
 
     if args.settings:
         print(settings_table())
         return EXIT_OK
     cfg = _config(args)
     cg = _cgroup_args(cfg)
-    print(f"isolation: {cg['cgroup_host']().describe()}")
+    print(f"isolation: {describe_isolation(cg['cgroup_host']())}")
     problems = [
         f"handler {r.type} ({r.source}): {r.reason}"
         for r in load_registry(cfg.handlers, **cg).rejected

@@ -1,5 +1,6 @@
 """The host's handler registry: type name -> command and how it runs (identity, environment,
-limits, concurrency: validated by isolation.py; a cgroup per run and its limits: cgroups.py),
+limits, concurrency: validated by proc/isolation.py; a cgroup per run and its limits:
+proc/cgroups.py and proc/cglimits.py),
 from TOML files and handler directories.
 
 Handlers are registered on each host, never through the API: the API can only name a type.
@@ -18,15 +19,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from supervisor.core.model import TYPE, TYPE_RULE
-from supervisor.proc import cgroups, isolation
-from supervisor.proc.cgroups import Limits
+from supervisor.proc import cglimits, cgroups, isolation
+from supervisor.proc.cglimits import Limits
 from supervisor.proc.isolation import Identity
 
 _IDENTITY_KEYS = {"user", "group", "supplementary_groups"}
 _ENV_KEYS = {"env", "pass_env", "env_files"}
 _KEYS = {
     "command", "shell", "timeout_seconds", "cwd", "umask", "concurrency",
-    "cgroup", *cgroups.LIMIT_KEYS, *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
+    "cgroup", *cglimits.LIMIT_KEYS, *_IDENTITY_KEYS, *_ENV_KEYS, *isolation.RLIMITS,
 }  # fmt: skip
 CGROUP_MODES = ("handler", "all", "off")  # the supervisor-wide `cgroups` setting
 _T = TypeVar("_T")
@@ -60,6 +61,19 @@ class Rejected:
     source: str
     type: str
     reason: str
+
+
+def describe_isolation(host: cgroups.Host) -> str:
+    """One line for `check` and `handlers list`: which isolation this host gives runs."""
+    if not host.usable:
+        why = host.problem or "no cgroup.kill in a writable v2 tree and no v1 freezer"
+        return f"process group + environment marker (no cgroup per run: {why})"
+    where = [f"v2 {host.v2}" if host.v2 else "", *(f"v1 {c}" for c in sorted(host.v1))]
+    ctl = sorted({*host.v2_controllers, *(c for c in host.v1 if c in cgroups.V2_CONTROLLERS)})
+    return (
+        f"cgroup per run (kill: {host.kill_method}; limits: {', '.join(ctl) or 'none'}; "
+        f"{'; '.join(w for w in where if w)})"
+    )
 
 
 @dataclass
@@ -304,7 +318,7 @@ def _cgroup(spec: dict[str, Any], host: _Host) -> tuple[bool, Limits]:
     asked = spec.get("cgroup")
     if asked is not None and not isinstance(asked, bool):
         raise ValueError("cgroup must be true or false")
-    limits = cgroups.parse_limits(spec)
+    limits = cglimits.parse_limits(spec)
     if asked is False and limits:
         first = next(k for k, v in limits.items().items() if v is not None)
         raise ValueError(f"cgroup: false, but {first} needs a cgroup per run")
@@ -315,7 +329,7 @@ def _cgroup(spec: dict[str, Any], host: _Host) -> tuple[bool, Limits]:
     cg_host = host.cgroup_host()
     if not cg_host.usable:
         raise ValueError(
-            f"cgroup: this host cannot give a run its own cgroup: {cg_host.describe()}"
+            f"cgroup: this host cannot give a run its own cgroup: {describe_isolation(cg_host)}"
         )
     if problem := cg_host.limit_problem(limits):
         raise ValueError(problem)

@@ -1,4 +1,4 @@
-"""Killing everything in a run's cgroup, shared by the runner (cgroups.py) and the keeper
+"""Killing everything in a child's cgroup, shared by the runner (cgchild.py) and the keeper
 (keeperd.py, which must stay small: this imports only os, signal and time).
 
 v2: one write of "1" to cgroup.kill (kernel 5.14+). v1 without cgroup.kill: freeze the
@@ -59,7 +59,7 @@ def freeze_kill(directory: str) -> None:
 
 
 def kill_all(dirs: tuple[str, ...] | list[str]) -> bool:
-    """SIGKILL every process of a run cgroup given as its directories (v2 and/or v1).
+    """SIGKILL every process of a child's cgroup given as its directories (v2 and/or v1).
     False when none of them offers a whole-tree kill (nothing was sent then)."""
     for d in dirs:
         kill = os.path.join(d, "cgroup.kill")
@@ -73,7 +73,7 @@ def kill_all(dirs: tuple[str, ...] | list[str]) -> bool:
 
 
 def remove(dirs: tuple[str, ...] | list[str]) -> list[str]:
-    """rmdir each directory (children of a v1 hierarchy first is not needed: runs are
+    """rmdir each directory (children of a v1 hierarchy first is not needed: they are
     leaves); returns the ones that could not be removed (still populated, or gone wrong)."""
     left = []
     for d in dirs:

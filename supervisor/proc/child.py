@@ -1,23 +1,24 @@
 """What a handler process is asked to do (ChildSpec) and how it ended (ChildResult): the
-runner's values, with no process code, so verdict.py and tests use them without a runner."""
+runner's values, with no process code, so their readers and tests need no runner."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from supervisor.proc.cgroups import Host, Limits
+from supervisor.proc.cglimits import Limits
+from supervisor.proc.cgroups import Host
 
 
 class ChildEnd(StrEnum):
-    """How the process ended, in the runner's terms. verdict.py maps these onto the one
-    vocabulary of attempts (model.Outcome) that the database, logs and metrics use."""
+    """How the process ended, in the runner's terms (what it means to its caller is the
+    caller's to say)."""
 
     SUCCEEDED = "succeeded"  # exit status 0
     FAILED = "failed"  # non-zero status or a signal it did not get from us
     TIMED_OUT = "timed_out"  # we killed it at its timeout
     OOM_KILLED = "oom_killed"  # the kernel killed it (or a descendant) at its memory limit
-    KILLED = "killed"  # we killed it on request (lease lost, shutdown, cancel)
+    KILLED = "killed"  # we killed it on request (Child.kill)
     SPAWN_FAILED = "spawn_failed"  # never started (or, via not_started, never tried)
 
 
@@ -27,13 +28,13 @@ class ChildSpec:
     env: dict[str, str] = field(repr=False)  # complete environment for the child (secrets)
     stdin: bytes = field(default=b"", repr=False)
     cwd: str | None = None
-    # Run as this identity (Popen does setgroups/setgid/setuid after the fork); None: ours.
+    # As this identity (Popen does setgroups/setgid/setuid after the fork); None: ours.
     user: int | None = None
     group: int | None = None
     extra_groups: tuple[int, ...] | None = None
     umask: int | None = None
     limits: tuple[tuple[str, int], ...] = ()  # isolation.RLIMITS keys, through prlimit(1)
-    # Run it in a cgroup of its own on this host (cgroups.py), with these limits; None: in a
+    # In a cgroup of its own on this host (cgchild.py), with these limits; None: in a
     # process group only (killed through it and the environment marker).
     cgroup: Host | None = None
     cgroup_limits: Limits = field(default_factory=Limits)
@@ -41,10 +42,10 @@ class ChildSpec:
     kill_grace: float = 10.0  # SIGTERM -> wait this long -> SIGKILL
     output_limit: int = 65536  # bytes of tail kept per stream
     # Monotonic instant at which the keeper kills the tree unless set_kill_by() moves it:
-    # the lease's backstop that works while our event loop does not (keeper.py).
+    # a backstop that works while our event loop does not (keeper.py).
     kill_by: float | None = None
     # A child-id prefix the keeper already watches until `kill_by` (Keeper.announce_batch,
-    # one message for a claim's children): the child's id starts with it and it is not
+    # one message for a batch of children): the child's id starts with it and it is not
     # announced on its own. Ignored with a cgroup (its announcement names the directories).
     announced: str = ""
 

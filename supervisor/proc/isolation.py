@@ -1,7 +1,7 @@
 """What a handler process runs as and sees: its identity, its clean environment, its rlimits.
 
 Checked once at start-up (registry.py rejects what this host cannot apply: fail closed) and
-applied at each spawn (spawn.py, executor.py). No process is started here.
+applied at each spawn (spawn.py). No process is started here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SWITCH_CAPS = {"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7}
 PROC_STATUS = "/proc/self/status"
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# The supervisor's settings (database URL, tokens) and the run variables are its own.
+# The supervisor's own settings (secrets among them) and the variables it sets per child.
 RESERVED_PREFIX = "PUNCHCLOCK_"
 ENV_FILE_MAX = 1 << 20
 CREDENTIALS = re.compile(r"\$(\{CREDENTIALS_DIRECTORY\}|CREDENTIALS_DIRECTORY\b)")
@@ -43,7 +43,7 @@ UNLIMITED = -1
 
 @dataclass(frozen=True)
 class Identity:
-    """A run-as identity, resolved at start-up."""
+    """An identity to start a child as, resolved at start-up."""
 
     user: str
     uid: int
@@ -186,7 +186,7 @@ def limit_argv(limits: Iterable[tuple[str, int]]) -> list[str]:
 
 @functools.cache
 def setpriv_path() -> str | None:
-    """util-linux's setpriv: the identity switch of a run that first joins its cgroup as us."""
+    """util-linux's setpriv: the identity switch of a child that first joins its cgroup as us."""
     return shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
 
 
@@ -301,7 +301,7 @@ def clean_env(
     env: Mapping[str, str],
     environ: Mapping[str, str],
 ) -> dict[str, str]:
-    """A child's environment before env_files and the run variables: PATH, LANG, TZ if set,
+    """A child's environment before env_files and its own variables: PATH, LANG, TZ if set,
     HOME/USER/LOGNAME (of the run-as user, else the supervisor's), then `pass_env` names
     copied from `environ` (unset ones are skipped), then `env`."""
     out = {"PATH": environ.get("PATH") or os.defpath}

@@ -17,7 +17,7 @@ _START_TIMEOUT = 10.0
 _CLOSE_TIMEOUT = 5.0
 # Messages wait this long to go out together: one pipe write (and one keeper wake-up) per
 # window instead of two per child. A child spawned inside the window the supervisor dies in
-# is still killed, by its environment marker (DESIGN.md, Lease and fencing protocol).
+# is still killed, by its environment marker (DESIGN.md, the keeper).
 _COALESCE_SECONDS = 0.01
 
 
@@ -82,13 +82,13 @@ class Keeper:
         """Before a child is spawned: have the keeper kill the processes marked `child_id`
         at `kill_by`. Written at once, not coalesced: a supervisor that freezes right after
         the spawn must not leave the child without a deadline (the keeper finds it by its
-        marker until `register` names its group). `cgroup`: the run's cgroup directories,
+        marker until `register` names its group). `cgroup`: the child's cgroup directories,
         killed whole (cgkill.py) wherever its processes went."""
         self._solo.add(child_id)
         self._send(f"={child_id} {kill_by:.6f}{_dirs(cgroup)}\n".encode(), now=True)
 
     def announce_batch(self, prefix: str, kill_by: float) -> None:
-        """`announce` for every child whose id will start with `prefix` (one claim's
+        """`announce` for every child whose id will start with `prefix` (a batch of
         children: one write and one keeper wake-up instead of one per child). `withdraw`
         it once they are all registered."""
         self._send(f"={prefix}* {kill_by:.6f}\n".encode(), now=True)
@@ -216,7 +216,7 @@ def _dirs(cgroup: tuple[str, ...]) -> str:
 
 
 # All the keeper keeps of the supervisor's environment: it runs no program and reads no
-# setting, and the supervisor's secrets (database URL, tokens) must not sit in a second
+# setting, and the supervisor's secrets must not sit in a second
 # process's /proc/<pid>/environ. Nor keeperd.INSTANCE_ENV: it must not carry the marker it
 # kills by.
 KEEPER_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "PYTHONHOME"})

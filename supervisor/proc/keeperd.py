@@ -1,16 +1,16 @@
 """The keeper process: a tiny companion that kills a supervisor's children when the
 supervisor can no longer be trusted to: when it dies without closing the keeper (SIGKILL,
 OOM kill, crash), and when a child's kill-by deadline passes unrenewed (the supervisor is
-frozen, or its event loop is blocked, past the child's lease). It kills nothing else. The
+frozen, or its event loop is blocked, past the child's deadline). It kills nothing else. The
 supervisor's handle on it is `keeper.Keeper`.
 
 Run as `python -m supervisor.proc.keeperd <instance_id>`; it reads lines on stdin:
 `=<child_id> <kill_by>` announces a child about to be spawned (written before the spawn, so
 a supervisor frozen right after it cannot leave the child without a deadline); `=<prefix>*`
-announces every child whose id starts with prefix (a claim's batch; `-0 <prefix>*` withdraws
+announces every child whose id starts with prefix (a batch; `-0 <prefix>*` withdraws
 it once they are named),
 `+<pgid> <kill_by> <child_id>` names its process group (or moves its deadline); either may
-end in `\t<dir>`... naming the run's cgroup directories, killed whole (cgkill.py) with it,
+end in `\t<dir>`... naming the child's cgroup directories, killed whole (cgkill.py) with it,
 `-<pgid> <child_id>` forgets it, `exit` stops without killing. kill_by is a CLOCK_MONOTONIC instant
 (time.monotonic(), the same clock in every process of the host), 0 for none. At kill_by the
 keeper SIGKILLs the group, its cgroup, and every process carrying PUNCHCLOCK_CHILD_ID=<child_id>
@@ -112,7 +112,7 @@ def _kill_everything(children: Table, instance_id: str) -> None:
 
 
 def _remove_cgroups(dirs: list[str]) -> None:
-    """rmdir the killed runs' cgroups once their processes are gone (bounded wait)."""
+    """rmdir the killed children's cgroups once their processes are gone (bounded wait)."""
     deadline = time.monotonic() + _REMOVE_WAIT
     while dirs:
         dirs = cgkill.remove(dirs)

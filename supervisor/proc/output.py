@@ -1,7 +1,7 @@
-"""Output tails: the last bytes of a child's stdout or stderr, as text PostgreSQL can store.
+"""Output tails: the last bytes of a child's stdout or stderr, as text that can be stored.
 
 Handlers may print anything (gzip, pg_dump -Fc, progress bars); a tail must never make the
-completion that carries it fail (DESIGN.md, Handler contract: Output).
+record that carries it fail (DESIGN.md, Handler contract: Output).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ class Tail:
 
 
 def storable_text(data: bytes | bytearray) -> tuple[str, bool]:
-    """Text PostgreSQL can store: invalid UTF-8 and NUL become U+FFFD; True if any did."""
+    """Storable text (valid UTF-8, no NUL): invalid UTF-8 and NUL become U+FFFD; True if
+    any did."""
     try:
         text = data.decode("utf-8")
         replaced = False

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from supervisor.core.log import log_event
-from supervisor.proc import cgroups, tree
+from supervisor.proc import tree
+from supervisor.proc.cgchild import JOIN_FAILED, JOIN_FAILED_TEXT, ChildCgroup
+from supervisor.proc.cglimits import mib
 from supervisor.proc.child import ChildEnd, ChildResult, ChildSpec
 from supervisor.proc.keeperd import CHILD_ID_ENV, INSTANCE_ENV
 from supervisor.proc.output import Tail
@@ -181,7 +183,7 @@ class Child:
         # Strong references: the event loop keeps only weak ones to tasks.
         self._killer: asyncio.Task[None] | None = None
         self._helper: asyncio.Task[None] | None = None
-        self.cgroup: cgroups.RunCgroup | None = None
+        self.cgroup: ChildCgroup | None = None
         self._usage: tuple[float | None, int | None] = (None, None)
         self._oom_kills = 0
 
@@ -276,7 +278,7 @@ class Child:
         env = {**spec.env, CHILD_ID_ENV: self.child_id}
         if spec.cgroup is not None:
             try:
-                self.cgroup = cgroups.RunCgroup.create(
+                self.cgroup = ChildCgroup.create(
                     spec.cgroup, self.child_id[:16], spec.cgroup_limits
                 )
             except OSError as exc:
@@ -601,11 +603,11 @@ class Child:
         limit = self.spec.cgroup_limits.memory_max
         peak = self._usage[1]
         text = "killed by the kernel: memory limit"
-        text += f" {cgroups.mib(limit)} reached" if limit is not None else " reached"
-        return text + (f" (peak {cgroups.mib(peak)})" if peak is not None else "")
+        text += f" {mib(limit)} reached" if limit is not None else " reached"
+        return text + (f" (peak {mib(peak)})" if peak is not None else "")
 
     def _join_failed(self) -> bool:
-        return any(t.text()[0].startswith(cgroups.JOIN_FAILED_TEXT) for t in self._tails[1:])
+        return any(t.text()[0].startswith(JOIN_FAILED_TEXT) for t in self._tails[1:])
 
     def _result(self) -> ChildResult:
         code = sig = None
@@ -622,8 +624,8 @@ class Child:
             outcome, error = ChildEnd.OOM_KILLED, self._oom_error()
         elif sig is not None:
             outcome, error = ChildEnd.FAILED, f"killed by signal {sig} ({tree.signal_name(sig)})"
-        elif code == cgroups.JOIN_FAILED and self.cgroup is not None and self._join_failed():
-            outcome, error = ChildEnd.SPAWN_FAILED, cgroups.JOIN_FAILED_TEXT
+        elif code == JOIN_FAILED and self.cgroup is not None and self._join_failed():
+            outcome, error = ChildEnd.SPAWN_FAILED, JOIN_FAILED_TEXT
         elif code:
             outcome, error = ChildEnd.FAILED, f"exited with status {code}"
         else:

@@ -3,8 +3,8 @@ spawn, so no pipe to feed), pipes on 1-2, the child's own PATH.
 
 `os.posix_spawn` (vfork + exec and the environment conversion in C, half of Popen's parent
 CPU per child) whenever it can; `subprocess.Popen` when the handler needs a cwd, another
-identity or a umask, with prlimit(1) in front when it has rlimits (isolation.py). A run with
-its own cgroup starts through the /bin/sh trampoline that joins it (cgroups.py), and then
+identity or a umask, with prlimit(1) in front when it has rlimits (isolation.py). A child
+with its own cgroup starts through the /bin/sh trampoline that joins it (cgchild.py), and then
 switches identity with setpriv(1) after it, not Popen (which would switch before the
 trampoline and leave it unable to join). Watching, output and killing belong to runner.py.
 """
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from supervisor.proc import isolation
 
 if TYPE_CHECKING:
-    from supervisor.proc.cgroups import RunCgroup
+    from supervisor.proc.cgchild import ChildCgroup
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores these; handlers must not
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -50,7 +50,7 @@ def start_process(
     extra_groups: tuple[int, ...] | None = None,
     umask: int | None = None,
     limits: tuple[tuple[str, int], ...] = (),
-    cgroup: RunCgroup | None = None,
+    cgroup: ChildCgroup | None = None,
     stdin: bytes = b"",
 ) -> Started:
     """Start `argv` in a new session reading `stdin` from fd 0, with pipes on 1-2 (inside
@@ -92,7 +92,7 @@ def _start(
     extra_groups: tuple[int, ...] | None,
     umask: int | None,
     limits: tuple[tuple[str, int], ...],
-    cgroup: RunCgroup | None,
+    cgroup: ChildCgroup | None,
 ) -> Started:
     identity = user is not None or group is not None
     confined = identity or umask is not None or limits
@@ -142,7 +142,7 @@ def _start(
 
 
 def spawn_error_text(argv: list[str], cwd: str | None, exc: Exception) -> str:
-    """One line for the attempt's error: what could not be executed, and why."""
+    """One line for the caller's error: what could not be executed, and why."""
     if not argv:
         return "cannot execute: empty command"
     if isinstance(exc, OSError):

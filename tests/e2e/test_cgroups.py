@@ -13,6 +13,8 @@ import pytest
 from supervisor.core import runs
 from supervisor.core.store import Store
 from supervisor.proc import cgroups
+from supervisor.proc.cglimits import Limits
+from supervisor.registry import describe_isolation
 
 from ..helpers import wait_for
 from .procs import Cluster, read_pids, wait_gone, watch
@@ -20,8 +22,8 @@ from .scenario import attempts, create_runs, status_is
 
 HOST = cgroups.probe()
 pytestmark = pytest.mark.skipif(
-    not HOST.usable or HOST.limit_problem(cgroups.Limits(memory_max=1 << 26)) is not None,
-    reason=f"no cgroup per run with a memory limit here: {HOST.describe()}",
+    not HOST.usable or HOST.limit_problem(Limits(memory_max=1 << 26)) is not None,
+    reason=f"no cgroup per run with a memory limit here: {describe_isolation(HOST)}",
 )
 
 

@@ -27,7 +27,9 @@ import pytest
 
 from supervisor.core.store import Store
 from supervisor.proc import cgroups
+from supervisor.proc.cglimits import Limits
 from supervisor.proc.keeper import KEEPER_ENV
+from supervisor.registry import describe_isolation
 
 from ..helpers import wait_for
 from .procs import ROOT, Cluster, Supervisor
@@ -162,7 +164,7 @@ async def test_a_handler_of_the_supervisors_uid_cannot_read_its_or_the_keepers_e
 
 
 HOST = cgroups.probe()
-NO_CGROUP = not HOST.usable or HOST.limit_problem(cgroups.Limits(memory_max=1 << 26)) is not None
+NO_CGROUP = not HOST.usable or HOST.limit_problem(Limits(memory_max=1 << 26)) is not None
 
 # Run as nobody in its own cgroup (pc-<supervisor pid>-<child id[:16]> in each base given
 # as arguments): try to lift its limits, move itself out, and make a sub-cgroup. Each try
@@ -187,7 +189,9 @@ done
 """
 
 
-@pytest.mark.skipif(NO_CGROUP, reason=f"no cgroup per run with a memory limit: {HOST.describe()}")
+@pytest.mark.skipif(
+    NO_CGROUP, reason=f"no cgroup per run with a memory limit: {describe_isolation(HOST)}"
+)
 async def test_a_handler_cannot_lift_its_cgroup_limits_or_leave_its_cgroup(
     cluster: Cluster, store: Store, tmp_path: Path
 ) -> None:

@@ -21,9 +21,12 @@ import psutil
 import pytest
 
 from supervisor.proc import cgroups
-from supervisor.proc.cgroups import Host, Limits
+from supervisor.proc.cgchild import ChildCgroup
+from supervisor.proc.cglimits import Limits, parse_limits
+from supervisor.proc.cgroups import Host
 from supervisor.proc.child import ChildSpec
 from supervisor.proc.runner import Child
+from supervisor.registry import describe_isolation
 
 from ..helpers import wait_for
 from .test_runner import fake_process
@@ -416,7 +419,9 @@ def test_probe_of_a_pure_v2_host_with_delegated_controllers(tmp_path: Path) -> N
     assert host.v2_needs_leaf  # the supervisor moves to .../supervisor before enabling them
     assert host.limit_problem(Limits(memory_max=1 << 28, cpu_max=0.5, tasks_max=10)) is None
     assert host.plan(Limits(memory_max=1)) == (True, ())  # the v2 directory alone
-    assert "cgroup per run (kill: cgroup.kill; limits: cpu, memory, pids" in host.describe()
+    assert "cgroup per run (kill: cgroup.kill; limits: cpu, memory, pids" in describe_isolation(
+        host
+    )
 
 
 def test_probe_restarted_inside_its_own_leaf_uses_the_parent(tmp_path: Path) -> None:
@@ -428,7 +433,9 @@ def test_probe_restarted_inside_its_own_leaf_uses_the_parent(tmp_path: Path) -> 
 def test_probe_of_a_host_without_cgroups_says_why(tmp_path: Path) -> None:
     host = cgroups.probe("", "")
     assert not host.usable and host.kill_method is None
-    assert host.describe().startswith("process group + environment marker (no cgroup per run")
+    assert describe_isolation(host).startswith(
+        "process group + environment marker (no cgroup per run"
+    )
     assert host.limit_problem(Limits(memory_max=1)) is not None
 
 
@@ -442,12 +449,12 @@ def test_a_limit_without_its_controller_is_refused_with_the_field() -> None:
 
 
 def test_parse_limits() -> None:
-    limits = cgroups.parse_limits(
+    limits = parse_limits(
         {"memory_max": "256M", "memory_swap_max": 0, "cpu_max": 1.5, "tasks_max": 64}
     )
     assert limits == Limits(256 << 20, 0, 1.5, 64)
-    assert cgroups.parse_limits({"memory_max": 4096}).memory_max == 4096
-    assert cgroups.parse_limits({"memory_max": "2G"}).memory_max == 2 << 30
+    assert parse_limits({"memory_max": 4096}).memory_max == 4096
+    assert parse_limits({"memory_max": "2G"}).memory_max == 2 << 30
     for spec, field in (
         ({"memory_max": "lots"}, "memory_max"),
         ({"memory_max": 0}, "memory_max"),
@@ -458,7 +465,7 @@ def test_parse_limits() -> None:
         ({"tasks_max": True}, "tasks_max"),
     ):
         with pytest.raises(ValueError, match=f"^{field} must be"):
-            cgroups.parse_limits(spec)
+            parse_limits(spec)
 
 
 # ---------------------------------------------------------------- registry
@@ -538,7 +545,7 @@ def test_memory_swap_max_writes_the_v1_memsw_limit() -> None:
     limits = Limits(memory_max=64 << 20, memory_swap_max=16 << 20)
     if HOST.limit_problem(limits) is not None:
         pytest.skip(str(HOST.limit_problem(limits)))
-    group = cgroups.RunCgroup.create(HOST, "swaptest", limits)
+    group = ChildCgroup.create(HOST, "swaptest", limits)
     try:
         mem = group.v1["memory"]
         assert Path(mem, "memory.limit_in_bytes").read_text().strip() == str(64 << 20)
@@ -555,11 +562,11 @@ def test_handlers_list_and_check_say_which_isolation_the_host_has(
     (tmp_path / "h.toml").write_text('[handlers.a]\ncommand = ["/bin/true"]\ntasks_max = 9\n')
     main(["handlers", "list", "--handlers", str(tmp_path / "h.toml")])
     out = capsys.readouterr().out
-    assert f"isolation {HOST.describe()}" in out
+    assert f"isolation {describe_isolation(HOST)}" in out
     if HOST.usable and "pids" in {*HOST.v1, *HOST.v2_controllers}:
         assert "cgroup=True  tasks_max=9" in out
     main(["check", "--handlers", str(tmp_path / "h.toml")])
-    assert capsys.readouterr().out.startswith(f"isolation: {HOST.describe()}\n")
+    assert capsys.readouterr().out.startswith(f"isolation: {describe_isolation(HOST)}\n")
 
 
 def test_prepare_moves_the_supervisor_to_a_leaf_and_enables_controllers(tmp_path: Path) -> None:
