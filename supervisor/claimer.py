@@ -5,26 +5,12 @@ bounded fallback poll covers lost notifications. The catch-up pass (skip_missed_
 judges old unstarted runs once a second, before that claim; overlap's due runs it judges
 then too, and after any claim whose snapshot held one (or that claimed nothing). The claim
 itself never starts a run that the policy skips, whether or not a pass has reached it.
-
-While a backlog of due runs waits, a freed slot waits until `refill_batch` slots are free
-(app.py: all of them) or `refill_wait` seconds passed, and one claim refills them together:
-a claim is a transaction of four round trips whose cost barely depends on how many runs it
-takes, so claiming one run per finished child made the database the bottleneck for short
-runs. A run that comes due while slots are free is claimed at once.
+How a claim waits for free slots and reads on after the last: claimpace.py.
 
 A handler's `concurrency` caps its type on this host: a type at its cap is left out of the
 claim, and a type with less room than the free slots is claimed alone, up to its room, in
 the same transaction before the others (which then take the remaining slots), so one claim
 never starts more of a type than it may run.
-
-While its claims of a type come back full, the next one reads on after the last run of that
-type it claimed (a cursor), not from the start of the due range: behind an old snapshot (a
-long report query) the index entries of runs claimed since cannot be cleaned up, and every
-claim stepped over all of them. The cursors are dropped after a claim that is not full, on
-a NOTIFY (a run that was passed over may have become claimable: its overlap or limit
-cleared, a retry or a manual run was added) and at least every CURSOR_EVERY seconds, so a
-run passed over for any other reason waits that long at most (DESIGN.md, Lease and fencing
-protocol).
 
 In a fleet (DESIGN.md, Fleet) a NOTIFY names a type and a turn: a host that does not offer
 the type, or is not among the seats the turn wakes first, stays asleep. Only those first
@@ -46,9 +32,9 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 
+from supervisor.claimpace import CATCHUP_OLD_EVERY, CATCHUP_WINDOW, CatchUpPace, Cursors, Refill
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.errors import UniqueConflict
 from supervisor.core.fleet import Wake
@@ -58,17 +44,6 @@ from supervisor.core.store import Store
 from supervisor.duties import Duties
 from supervisor.faces import Rider, Riders, Slots
 from supervisor.loop import Loop, Pass
-
-# Old unstarted runs one catch-up pass judges; the next pass reads on from the last one.
-CATCHUP_WINDOW = 1000
-# The old runs are judged at most this often (the exclusive jobs' due runs on every pass,
-# for overlap 'skip'): the claim applies the policy itself, so the pass only records the
-# skips, and a kept backlog read on every claim cost a drain behind it about 10 %.
-CATCHUP_OLD_EVERY = 1.0
-# How long the claim cursors live at most: the longest a due run passed over by a full
-# claim and made claimable without a NOTIFY (locked by another host's claim that then
-# rolled back) waits.
-CURSOR_EVERY = 1.0
 
 
 @dataclass(frozen=True)
@@ -127,30 +102,20 @@ class Claimer(Loop):
         # COMMIT): the database may hold leases of ours on runs we never started.
         self.uncertain = False
         self.on_claim_latency = on_claim_latency
-        self.refill_batch = max(1, refill_batch)
-        self.refill_wait = refill_wait
+        self.refill = Refill(refill_batch, refill_wait)
         self.ahead = ahead
-        self._backlog = False  # the last claim filled every free slot: more may be due
         self.unstarted = 0  # claimed runs start() refused since start-up (a metric)
         self.ignored = 0  # wake-ups for other types or seats, not acted on
-        self._refill_by: float | None = None
-        # Where the next catch-up pass reads on among old unstarted runs (None: the oldest),
-        # and when (monotonic) it reads them again.
-        self._catchup_from: tuple[datetime, int] | None = None
-        self._catchup_old_at = 0.0
-        # Per type: the (run_after, id) the next claim reads on after, and when (monotonic)
-        # they are all dropped.
-        self._cursors: dict[str, tuple[datetime, int]] = {}
-        self._cursors_until = 0.0
+        self.catchup_pace = CatchUpPace()
+        self.cursors = Cursors()
 
     def slot_freed(self) -> None:
         """A child ended (Executor.on_slot_free). While a backlog waits for `refill_batch`
         free slots, only the freed slot that starts the `refill_wait` timer and the one that
         completes the batch wake the claimer: a wake-up for each slot in between found it
         waiting still, and cost a pass of this loop each."""
-        if self._refill_by is not None and self.slots.free_slots < self.refill_batch:
-            return
-        self.wake()
+        if self.refill.wakes(self.slots.free_slots):
+            self.wake()
 
     def notified(self, payload: str | None = None) -> None:
         """A NOTIFY (None: the LISTEN connection was (re)made, some may be lost): runs
@@ -160,7 +125,7 @@ class Claimer(Loop):
         if payload is not None and duties and not duties.wakes(Wake.parse(payload), self.types):
             self.ignored += 1
             return
-        self._cursors.clear()
+        self.cursors.clear()
         self.wake()
 
     def _catchup(self) -> bool:
@@ -197,89 +162,99 @@ class Claimer(Loop):
     async def run_once(self) -> ClaimPass:
         self.interval = self.poll_every()
         if not self.types:  # a host without handlers may still hold the catchup duty
-            if self._catchup():
-                judged = await self._judge_old(self.store, time.monotonic())
-                self._skipped(judged)
-                return ClaimPass(CATCHUP_OLD_EVERY, skipped=len(judged))
-            return ClaimPass()
+            return await self._catchup_alone()
         free = self.slots.free_slots
         if free <= 0:
             return ClaimPass(self.interval)  # a finishing run wakes us
-        if self._backlog and free < self.refill_batch:
-            now = time.monotonic()
-            if self._refill_by is None:
-                self._refill_by = now + self.refill_wait
-            if now < self._refill_by:
-                return ClaimPass(self._refill_by - now)  # a finishing run wakes us sooner
-        self._refill_by = None
+        if (wait := self.refill.hold(free, time.monotonic())) is not None:
+            return ClaimPass(wait)  # a finishing run wakes us sooner
         batches = self._batches(free)
         if not batches:
             return ClaimPass(self.interval)  # every type at its cap: a finishing run wakes us
         sent_at = time.monotonic()
+        claimed = await self._claim(batches, free, sent_at)
+        if claimed is None:
+            return ClaimPass(0.01)  # an exclusive job's run taken elsewhere: claim again
+        rows = claimed.rows
+        if self.refill.claimed(len(rows), free):
+            claimed.tell_riders()  # no await before they are told
+            await self._fan_out(rows)
+        if self.on_claim_latency:
+            self.on_claim_latency(time.monotonic() - sent_at)
+        self._skipped(claimed.skipped)
+        unstarted = self._start(rows, sent_at)
+        rode = claimed.tell_riders()  # after the starts: no child waits for them
+        skipped = claimed.skipped
+        if not claimed.old and ((not rows and self._catchup()) or any(r.overlap_due for r in rows)):
+            skipped = [*skipped, *await self._skip_overlaps()]
+        done = ClaimPass(
+            claimed=len(rows), skipped=len(skipped), recovered=claimed.recovered,
+            unstarted=unstarted, rode=rode,
+        )  # fmt: skip
+        return replace(done, next_in=await self._next_in(claimed, free, sent_at))
+
+    async def _claim(
+        self, batches: list[tuple[list[str], int]], free: int, sent_at: float
+    ) -> _Claimed | None:
+        """The claim statements of one pass (with the old runs' catch-up pass once a second
+        and the riders on the first); None when another host took an exclusive job's run
+        at the same moment (rolled back). A database error propagates: the claim's outcome
+        is not known, so the next one recovers (`uncertain`)."""
         # Every run we start is in `held` from start() on, and this loop is the only claimer
         # here, so any other run leased to us comes from a claim whose reply we never saw.
-        held_ids = list(self.slots.held()) if self.uncertain else None
-        held = held_ids
+        held = list(self.slots.held()) if self.uncertain else None
+        # Not after an uncertain claim: its recovery gives back what it does not hold.
+        riders = self.riders.take_riders() if self.riders and held is None else []
+        out = _Claimed(self.riders, riders, recovered=held is not None, held=len(held or ()))
+        cursors = self.cursors.for_claim(sent_at, fresh=held is not None)
         # One statement per claim pass commits on its own (two round trips, not four);
         # several (types at their caps) must succeed or fail together.
         many = len(batches) > 1
-        skipped: list[Skipped] = []
-        if held is not None or sent_at >= self._cursors_until:
-            self._cursors.clear()
-        claims: list[tuple[list[str], int, list[Claim]]] = []
-        # Not after an uncertain claim: its recovery gives back what it does not hold.
-        riders = self.riders.take_riders() if self.riders and held is None else []
-        recorded: set[int] | None = None
         try:
             async with self.store.transaction() if many else nullcontext(self.store) as tx:
-                old = sent_at >= self._catchup_old_at and self._catchup()
-                if old:  # the old unstarted runs (and overlap's), once a second
-                    skipped = await self._judge_old(tx, sent_at)
-                rows: list[Claim] = []
+                if self.catchup_pace.due(sent_at) and self._catchup():
+                    out.old = True  # the old unstarted runs (and overlap's), once a second
+                    out.skipped = await self._judge_old(tx, sent_at)
                 for types, most in batches:
-                    if (n := min(most, free - len(rows))) > 0:
-                        if riders and recorded is None:  # they ride on the first statement
-                            got, recorded = await tx.claim_and_complete_runs(
-                                [r.completion for r in riders], types, n, self.owner,
-                                self.lease_ttl, self.ahead, self.misfire_grace, self._cursors,
-                            )  # fmt: skip
-                        else:
-                            got = await tx.claim_runs(
-                                types, n, self.owner, self.lease_ttl, held, self.ahead,
-                                self.misfire_grace, self._cursors,
-                            )  # fmt: skip
-                        held = None  # the recovery runs once, in the first statement
-                        claims.append((types, n, got))
-                        rows += got
+                    if (n := min(most, free - len(out.rows))) <= 0:
+                        continue
+                    if out.riders and out.recorded is None:  # they ride on the first
+                        got, out.recorded = await tx.claim_and_complete_runs(
+                            [r.completion for r in out.riders], types, n, self.owner,
+                            self.lease_ttl, self.ahead, self.misfire_grace, cursors,
+                        )  # fmt: skip
+                    else:
+                        got = await tx.claim_runs(
+                            types, n, self.owner, self.lease_ttl, held, self.ahead,
+                            self.misfire_grace, cursors,
+                        )  # fmt: skip
+                    held = None  # the recovery runs once, in the first statement
+                    out.claims.append((types, n, got))
+                    out.rows += got
         except UniqueConflict:
-            # Another host started a run of the same exclusive job at the same moment.
-            self._unseat(riders)  # rolled back with it: each goes on its own now
-            self._cursors.clear()
-            self._skipped(skipped if not many else [])  # committed on its own
-            return ClaimPass(0.01)
+            out.unseat()  # rolled back with it: each goes on its own now
+            self.cursors.clear()
+            self._skipped(out.skipped if not many else [])  # committed on its own
+            return None
         except DB_ERRORS:
-            self._unseat(riders)  # recorded or not: the completer's retry finds out
-            self._cursors.clear()
-            self._skipped(skipped if not many else [])
+            out.unseat()  # recorded or not: the completer's retry finds out
+            self.cursors.clear()
+            self._skipped(out.skipped if not many else [])
             self.uncertain = True
-            self._backlog = False
+            self.refill.backlog = False
             raise
         except BaseException:
-            self._unseat(riders)  # a value the database refused, or cancelled: on their own
+            out.unseat()  # a value the database refused, or cancelled: on their own
             raise
-        for types, n, got in claims:
-            self._move_cursors(types, n, got, sent_at)
-        recovered = held_ids is not None
-        rode = 0
-        if len(rows) == free and not self._backlog:
-            rode = self._rode(riders, recorded)  # no await before they are told
-            riders = []
-            await self._fan_out(rows)
-        self._backlog = len(rows) == free
         self.uncertain = False
-        if self.on_claim_latency:
-            self.on_claim_latency(time.monotonic() - sent_at)
-        self._skipped(skipped)
+        for types, n, got in out.claims:
+            self.cursors.moved(types, n, got, sent_at)
+        if out.recovered:
+            log_event(self.log, "claim_recovered", held=out.held)
+        return out
+
+    def _start(self, rows: list[Claim], sent_at: float) -> int:
+        """Hand the claimed runs to the executor; how many it could not start."""
         unstarted = 0
         claimed_lines = self.log.isEnabledFor(logging.DEBUG)
         for row in rows:
@@ -309,70 +284,45 @@ class Claimer(Loop):
                     job_name=row.job_name,
                     error=repr(exc),
                 )
-        rode += self._rode(riders, recorded)  # after the starts: no child waits for them
-        if not old and ((not rows and self._catchup()) or any(r.overlap_due for r in rows)):
-            skipped += await self._skip_overlaps()
-        done = ClaimPass(
-            claimed=len(rows), skipped=len(skipped), recovered=recovered, unstarted=unstarted,
-            rode=rode,
-        )  # fmt: skip
-        if recovered:
-            log_event(self.log, "claim_recovered", held=len(held_ids or ()))
-            return replace(done, next_in=0.0)  # runs given back just now are due: claim again
+        return unstarted
+
+    async def _next_in(self, claimed: _Claimed, free: int, sent_at: float) -> float:
+        """Seconds to the next pass after a claim."""
+        rows = claimed.rows
+        if claimed.recovered:
+            return 0.0  # runs given back just now are due: claim again
         if any(r.held_back for r in rows) and self.slots.free_slots > 0:
             # Runs that a concurrency limit held back took places in this claim's window;
             # with the limit now reached they stay out of it, so other due runs get in.
-            return replace(done, next_in=0.0)
+            return 0.0
         if len(rows) == free:
-            return replace(done, next_in=0.0 if self.slots.free_slots > 0 else self.interval)
+            return 0.0 if self.slots.free_slots > 0 else self.interval
         room = self.slots.room()
         open_types = [t for t in self.types if room.get(t, 1) > 0]  # a type at its cap waits
         if not open_types:
-            return replace(done, next_in=self.interval)
+            return self.interval
         if self.duties is not None and not self.duties.leads(open_types):
-            return replace(done, next_in=self._next_poll())  # the first seats keep the timer
+            return self._next_poll()  # the first seats keep the timer
         # A run can enter the window between the claim's snapshot and this statement's (the
         # claim came up empty a few ms too soon): look back to when the claim was sent.
         since = time.monotonic() - sent_at
         due_in = await self.store.next_due_in(open_types, self.ahead, since)
         if due_in is None:
-            return replace(done, next_in=self._next_poll())
-        return replace(done, next_in=max(0.0, min(due_in, self.interval)))
+            return self._next_poll()
+        return max(0.0, min(due_in, self.interval))
 
-    def _unseat(self, riders: list[Rider]) -> None:
-        if riders and self.riders:
-            self.riders.unseat(riders)
-
-    def _rode(self, riders: list[Rider], recorded: set[int] | None) -> int:
-        """Tell the riders of a committed claim; how many were recorded."""
-        if not riders or not self.riders:
-            return 0
-        if recorded is None:  # no statement was sent (cannot happen: free > 0)
-            self.riders.unseat(riders)
-            return 0
-        self.riders.rode(riders, recorded)
-        return sum(r.completion.run_id in recorded for r in riders)
-
-    def _move_cursors(self, types: list[str], n: int, got: list[Claim], now: float) -> None:
-        """After a committed claim of `n` runs of `types`: full, each type's cursor moves to
-        the last run of it claimed; short, the next claim of these types reads from the
-        start (what it passed over is not known, and it is cheap then)."""
-        if len(got) < n:
-            for t in types:
-                self._cursors.pop(t, None)
-            return
-        if not self._cursors:
-            self._cursors_until = now + CURSOR_EVERY
-        for row in got:
-            at = (row.run_after, row.id)
-            if (old := self._cursors.get(row.type)) is None or at > old:
-                self._cursors[row.type] = at
+    async def _catchup_alone(self) -> ClaimPass:
+        if not self._catchup():
+            return ClaimPass()
+        judged = await self._judge_old(self.store, time.monotonic())
+        self._skipped(judged)
+        return ClaimPass(CATCHUP_OLD_EVERY, skipped=len(judged))
 
     async def _judge_old(self, tx: Store, now: float) -> list[Skipped]:
         """The catch-up pass over old unstarted runs, reading on from the last one."""
-        catchup = await tx.skip_missed_runs(self.misfire_grace, CATCHUP_WINDOW, self._catchup_from)
-        self._catchup_from = catchup.resume_after
-        self._catchup_old_at = now + CATCHUP_OLD_EVERY
+        pace = self.catchup_pace
+        catchup = await tx.skip_missed_runs(self.misfire_grace, CATCHUP_WINDOW, pace.after)
+        pace.judged(catchup.resume_after, now)
         return catchup.skipped
 
     async def _skip_overlaps(self) -> list[Skipped]:
@@ -403,3 +353,35 @@ class Claimer(Loop):
         capped = [([t], room[t]) for t in self.types if 0 < room.get(t, free) < free]
         rest = [t for t in self.types if room.get(t, free) >= free]
         return capped + ([(rest, free)] if rest else [])
+
+
+@dataclass
+class _Claimed:
+    """What one pass's claim statements did, and the riders that went with them."""
+
+    _to: Riders | None
+    riders: list[Rider]
+    recovered: bool = False  # the first statement gave back runs a lost reply left leased
+    held: int = 0  # the runs held here then
+    old: bool = False  # the catch-up pass over old runs ran first
+    skipped: list[Skipped] = field(default_factory=list)
+    claims: list[tuple[list[str], int, list[Claim]]] = field(default_factory=list)
+    rows: list[Claim] = field(default_factory=list)
+    recorded: set[int] | None = None  # the riders' ids recorded, once a statement ran
+
+    def unseat(self) -> None:
+        """The claim failed: the riders go back to the completer, each on its own."""
+        if self.riders and self._to:
+            self._to.unseat(self.riders)
+        self.riders = []
+
+    def tell_riders(self) -> int:
+        """After the commit: tell the riders (once); how many were recorded."""
+        riders, self.riders = self.riders, []
+        if not riders or not self._to:
+            return 0
+        if self.recorded is None:  # no statement was sent (cannot happen: free > 0)
+            self._to.unseat(riders)
+            return 0
+        self._to.rode(riders, self.recorded)
+        return sum(r.completion.run_id in self.recorded for r in riders)

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from supervisor import claimer as claimer_module
+from supervisor import claimpace
 from supervisor.claimer import Claimer
 from supervisor.core.db import create_pool
 from supervisor.core.sql import QUERIES
@@ -128,7 +128,7 @@ async def test_a_run_passed_over_is_claimed_after_a_notify_or_within_a_second(
     slots.free += 1
     await claimer.run_once()
     assert slots.started[-1].id == due[6]  # behind the cursor (after due[5]): passed over
-    monkeypatch.setattr(claimer_module, "CURSOR_EVERY", 0.0)
+    monkeypatch.setattr(claimpace, "CURSOR_EVERY", 0.0)
     claimer.notified()
     slots.free += 1
     await claimer.run_once()  # from the start; full: a new cursor, after due[1], for 0 s

@@ -17,7 +17,7 @@ import asyncpg
 import psutil
 import pytest
 
-from supervisor import claimer as claimer_module
+from supervisor import claimpace
 from supervisor.claimer import Claimer, ClaimPass
 from supervisor.core.records import CatchUp, Claim
 from supervisor.core.store import Store
@@ -100,7 +100,7 @@ async def test_claimer_runs_the_catchup_pass_once_a_second_and_for_waiting_overl
     """Between its once-a-second passes over old runs, a drain of jobs that never overlap
     spends no statement on the catch-up pass; a due run of an overlap 'skip' job that
     waits for a running one is recorded skipped by the claim that finds it waiting."""
-    monkeypatch.setattr(claimer_module, "CATCHUP_OLD_EVERY", 3600.0)  # one old pass here
+    monkeypatch.setattr(claimpace, "CATCHUP_OLD_EVERY", 3600.0)  # one old pass here
     passes = 0
     judge = store.skip_missed_runs
 
@@ -135,7 +135,7 @@ async def test_claimer_a_failed_overlap_pass_is_counted_and_the_next_claim_judge
     """The overlap pass after a claim fails on the database: the claim's runs are started
     all the same, the error counts as the claimer's (punchclock_db_errors), and the next
     claim's pass records the skip."""
-    monkeypatch.setattr(claimer_module, "CATCHUP_OLD_EVERY", 3600.0)
+    monkeypatch.setattr(claimpace, "CATCHUP_OLD_EVERY", 3600.0)
     slots = RecordingSlots(free=10)
     claimer = _claimer(store, slots)
     assert (await claimer.run_once()).claimed == 0  # the old pass, with nothing due

@@ -31,7 +31,7 @@ SERVICES = {
     "reaper",
 }
 DAEMON = {
-    "duties", "executor", "faces", "inflight", "lease", "loop",
+    "claimpace", "duties", "executor", "faces", "inflight", "lease", "loop",
     "outbound",
     "registry", "sdnotify", "verdict",
 }  # fmt: skip
