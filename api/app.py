@@ -25,7 +25,7 @@ from api.observe import observability_routes
 from api.problems import Handler, error_middleware
 from api.state import CONFIG, LIMITS, STORE
 from api.tls import check_wire, server_context
-from api.ui import create_ui
+from api.ui.site import create_ui
 from supervisor.core.config import Config, parse_listen
 from supervisor.core.db import CONNECT_ERRORS, create_pool
 from supervisor.core.errors import PunchclockError, SchemaMismatch

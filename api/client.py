@@ -17,12 +17,13 @@ from typing import Any
 
 from api import client_format as fmt
 from api.client_channels import register_channel_commands
-from api.client_common import DEFAULT_URL, _client, _json_arg, _leaf, _out, _pages
+from api.client_common import DEFAULT_URL, _client, _json_arg, _leaf, _local_token, _out, _pages
 from api.client_groups import register_group_commands
 from api.client_http import EXIT_USAGE, ApiClient, ClientError
 from supervisor.core.model import RunStatus
 
-__all__ = ["DEFAULT_URL", "register_client_commands"]  # DEFAULT_URL: `punchclock up` prints it
+# Also here: DEFAULT_URL (`punchclock up` prints it) and the loopback token's reader.
+__all__ = ["DEFAULT_URL", "_local_token", "register_client_commands"]
 STATUSES = [s.value for s in RunStatus]
 
 

@@ -1,8 +1,9 @@
 """RFC 9457 problem details: every error the API answers is application/problem+json.
 
-One middleware maps domain errors (InvalidSpec(s), NotFound, Conflict), aiohttp's HTTP
-errors (404 route, 405, 413) and ApiError to a problem; a value the database refuses (a
-data error that slipped past validation) to a 422; anything else is a logged 500.
+One middleware maps ApiError and aiohttp's HTTP errors (404 route, 405, 413) to a problem,
+and domain errors by the table the dashboard uses too (request.STATUS: InvalidSpec(s) and
+a value the database refuses 422, NotFound 404, Conflict 409, a lost database 503);
+anything else is a logged 500.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from supervisor.core.db import DB_ERRORS
-from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, RefusedValue
-from supervisor.core.log import log_event
+from api.request import failure
+from supervisor.core.errors import InvalidSpec
 
 log = logging.getLogger("punchclock.api")
 PROBLEM_JSON = "application/problem+json"
@@ -80,22 +80,6 @@ def _from_http_exception(exc: web.HTTPException, max_body: int) -> web.Response:
     return problem(exc.status, detail, headers=headers)
 
 
-def _from_refused_value(request: web.Request, exc: RefusedValue) -> web.Response:
-    """The request held a value the database cannot take (errors.RefusedValue). The
-    client's error (422), but also a validation gap, so logged."""
-    log_event(
-        log,
-        "api_data_error",
-        level=logging.WARNING,
-        method=request.method,
-        path=request.path,
-        sqlstate=exc.sqlstate,
-        error=str(exc)[:300],
-    )
-    where = "body" if request.body_exists else "query"
-    return invalid([InvalidSpec(where, f"a value the database refuses: {str(exc)[:300]}")])
-
-
 def error_middleware(max_body: int) -> Middleware:
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -103,28 +87,16 @@ def error_middleware(max_body: int) -> Middleware:
             return await handler(request)
         except ApiError as exc:
             return problem(exc.status, exc.detail, headers=exc.headers)
-        except InvalidSpecs as exc:
-            return invalid(exc.errors)
-        except InvalidSpec as exc:
-            return invalid([exc])
-        except NotFound as exc:
-            return problem(404, str(exc))
-        except Conflict as exc:
-            return problem(409, str(exc))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             return _from_http_exception(exc, max_body)
-        except RefusedValue as exc:
-            return _from_refused_value(request, exc)
-        except DB_ERRORS as exc:  # lost, restarting, read-only, shutting down, deadlocked
-            log.warning(
-                "api_database_unavailable", extra={"punchclock_fields": {"error": str(exc)}}
-            )
-            return problem(
-                503, "the database is unavailable; retry later", headers={"Retry-After": "1"}
-            )
-        except Exception:
+        except Exception as exc:
+            known = failure(request, exc)
+            if known is not None:
+                return problem(
+                    known.status, known.detail, errors=known.errors, headers=known.headers
+                )
             log.exception(
                 "api_internal_error",
                 extra={"punchclock_fields": {"method": request.method, "path": request.path}},

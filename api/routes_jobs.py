@@ -11,14 +11,15 @@ from aiohttp import web
 
 from api import cursor, views
 from api.auth import sees_payloads
+from api.filters import api_jobs
 from api.params import MAX_ZONE, NO_BODY, Query, no_query, path_id, read_json
+from api.request import find_job
 from api.state import config, limits, store
 from supervisor.core import jobs, runs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job
 from supervisor.core.egress import destinations
-from supervisor.core.errors import InvalidSpec, NotFound
-from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE
+from supervisor.core.errors import InvalidSpec
 
 routes = web.RouteTableDef()
 JOB = "/v1/jobs/{id:[0-9]+}"
@@ -55,9 +56,7 @@ async def create_job(request: web.Request) -> web.Response:
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     q = Query(request, {"type", "paused", "name_prefix", "limit", "cursor"})
-    type_ = q.string("type", TYPE, TYPE_RULE)
-    paused = q.boolean("paused")
-    prefix = q.string("name_prefix", NAME, NAME_RULE)
+    type_, paused, prefix = api_jobs(q)
     limit = q.integer("limit", 1, MAX_PAGE, 100)
     token = q.text("cursor")
     q.done()
@@ -77,10 +76,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 @routes.get(JOB)
 async def get_job(request: web.Request) -> web.Response:
     no_query(request)
-    job_id = path_id(request, "job")
-    job = await store(request).get_job(job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found")
+    job = await find_job(store(request), path_id(request, "job"))
     return _json(await _detail(request, job))
 
 

@@ -10,39 +10,17 @@ from aiohttp import web
 
 from api import cursor, views
 from api.auth import sees_payloads
+from api.filters import RUN_FILTERS, api_runs
 from api.params import Query, no_query, path_id
 from api.state import store
 from supervisor.core import runs
-from supervisor.core.model import MAX_ID, NAME, NAME_RULE, RunStatus
-from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
 RUN = "/v1/runs/{id:[0-9]+}"
 MAX_PAGE = 500
-FILTERS = {
-    "job_id",
-    "job_name",
-    "status",
-    "scheduled_after",
-    "scheduled_before",
-    "finished_after",
-    "finished_before",
-}
-STATUSES = [s.value for s in RunStatus]
+FILTERS = RUN_FILTERS  # the list's filters, and all the bulk requeue takes
 WORKERS_RECENT_SECONDS = 24 * 3600.0
 WORKERS_MAX = 1000
-
-
-def _filters(q: Query) -> RunFilters:
-    return RunFilters(
-        job_id=q.integer("job_id", 1, MAX_ID),
-        job_name=q.string("job_name", NAME, NAME_RULE),
-        statuses=q.choices("status", STATUSES),
-        scheduled_after=q.instant("scheduled_after"),
-        scheduled_before=q.instant("scheduled_before"),
-        finished_after=q.instant("finished_after"),
-        finished_before=q.instant("finished_before"),
-    )
 
 
 async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
@@ -55,7 +33,7 @@ async def _detail(request: web.Request, run_id: int) -> dict[str, Any]:
 async def list_runs(request: web.Request) -> web.Response:
     q = Query(request, FILTERS | {"upcoming", "limit", "cursor"}, repeatable=frozenset({"status"}))
     # History by default; upcoming=true lists the plan ahead. The mode is in the cursor's hash.
-    filters = replace(_filters(q), upcoming=q.boolean("upcoming") or False)
+    filters = replace(api_runs(q), upcoming=q.boolean("upcoming") or False)
     limit = q.integer("limit", 1, MAX_PAGE, 100)
     token = q.text("cursor")
     q.done()
@@ -87,7 +65,7 @@ async def requeue_run(request: web.Request) -> web.Response:
 @routes.post("/v1/runs/requeue")
 async def requeue_runs(request: web.Request) -> web.Response:
     q = Query(request, FILTERS, repeatable=frozenset({"status"}))
-    filters = _filters(q)
+    filters = api_runs(q)
     q.done()
     return web.json_response({"requeued": await runs.requeue_runs(store(request), filters)})
 

@@ -4,7 +4,8 @@ Every response gets the security headers (a CSP without inline scripts or styles
 API tokens only loopback callers get in, as admin; with tokens a page needs a session (else
 the login page). A POST needs a same-origin Origin (or Referer) and the session's CSRF token.
 Every request then needs the role api/permissions.py's table names for its route, the API's
-own table (a route missing there is refused). Errors become HTML pages.
+own table (a route missing there is refused). Errors become HTML pages, with the status
+the API would answer (request.STATUS, one table for both).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from api import permissions
 from api.auth import ACTOR_KEY, ROLE_KEY
 from api.gate import HOST_POLICY, same_origin
 from api.problems import Handler
+from api.request import failure
 from api.ui import forms
 from api.ui.session import COOKIE, SECURE_COOKIE, SESSION_SECONDS, Session, Sessions
-from supervisor.core.db import DB_ERRORS
-from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound
 from supervisor.core.log import log_event
 
 log = logging.getLogger("punchclock.ui")
@@ -101,17 +101,15 @@ def gate(render_error: Any) -> Middleware:
             if exc.status < 400:
                 raise
             response = render_error(request, exc.status, exc.reason)
-        except (InvalidSpecs, InvalidSpec) as exc:
-            response = render_error(request, 422, str(exc))
-        except NotFound as exc:
-            response = render_error(request, 404, str(exc))
-        except Conflict as exc:
-            response = render_error(request, 409, str(exc))
-        except DB_ERRORS:
-            response = render_error(request, 503, "The database is unavailable; retry later.")
-        except Exception:
-            log.exception("ui_internal_error", extra={"punchclock_fields": {"path": request.path}})
-            response = render_error(request, 500, "Internal error; the server log has details.")
+        except Exception as exc:
+            known = failure(request, exc, body="form")
+            if known is None:
+                where = {"punchclock_fields": {"path": request.path}}
+                log.exception("ui_internal_error", extra=where)
+                response = render_error(request, 500, "Internal error; the server log has details.")
+            else:  # the API's table (request.STATUS): a refused value is its 422 here too
+                response = render_error(request, known.status, known.detail)
+                response.headers.update(known.headers)
         if not response.prepared:  # a stream (SSE) has sent its headers already
             response.headers.update(HEADERS)
             response.headers.setdefault("Cache-Control", "no-store")

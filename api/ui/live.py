@@ -25,6 +25,7 @@ from aiohttp_sse import sse_response
 from api.ui.guard import Refused, session
 from supervisor.core import runs
 from supervisor.core.log import log_event
+from supervisor.core.model import FINAL
 from supervisor.core.records import Attempt, Run
 from supervisor.core.store import Store
 
@@ -33,7 +34,6 @@ PER_SESSION = 4  # live streams one dashboard session may hold open
 PER_PROCESS = 64  # in all, for this API process (each holds a connection, not a query)
 LIVE_POLL = 1.0  # seconds between a run's polls, whoever watches it
 LIVE_FOR = 600.0  # a stream's longest life
-FINAL = frozenset({"succeeded", "dead", "cancelled", "skipped"})
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,12 @@ import logging
 from aiohttp import web
 
 from api.gate import auth_failed, throttled
+from api.ui.common import render, safe_next
 from api.ui.guard import PREFIX, SESSIONS, redirect, session, set_session
-from api.ui.site import render
 from supervisor.core.log import log_event
 
 log = logging.getLogger("punchclock.ui")
 routes = web.RouteTableDef()
-
-
-def safe_next(value: object) -> str:
-    """Where to go after login: a dashboard path only (never another site)."""
-    text = str(value or "")
-    if text.startswith(PREFIX) and not text.startswith(("//", "/\\")) and "\\" not in text:
-        return text
-    return PREFIX
 
 
 @routes.get("/login")

@@ -9,10 +9,9 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from api.filters import form_instant
+from api.ui.common import job_of, render, store
 from api.ui.guard import PREFIX, redirect
-from api.ui.pages_jobs import _job
-from api.ui.pages_runs import _instant
-from api.ui.site import render, store
 from supervisor.core import jobs
 from supervisor.core.domain import Job
 from supervisor.core.errors import InvalidSpec
@@ -28,7 +27,7 @@ def _window(form: Any) -> tuple[Any, Any, dict[str, str]]:
     body: dict[str, str] = {}
     for name in ("from", "to"):
         try:
-            at = _instant(form, name)
+            at = form_instant(form, name)
         except InvalidSpec as exc:
             errors[name] = exc.message
             continue
@@ -66,12 +65,12 @@ async def _page(request: web.Request, job: Job, form: Any, status: int = 200) ->
 
 @routes.get(BACKFILL)
 async def count(request: web.Request) -> web.StreamResponse:
-    return await _page(request, await _job(request), request.query)
+    return await _page(request, await job_of(request), request.query)
 
 
 @routes.post(BACKFILL)
 async def create(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     form = await request.post()
     start, end, errors = _window(form)
     if errors:

@@ -11,10 +11,11 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from api.filters import KEPT, ui_runs
+from api.ui.common import dash, render, store
 from api.ui.guard import PREFIX, redirect
-from api.ui.pages_runs import KEPT, filters
-from api.ui.site import dash, render, store
 from supervisor.core import runs
+from supervisor.core.model import REQUEUEABLE
 from supervisor.core.runs import RunFilters
 
 routes = web.RouteTableDef()
@@ -24,8 +25,8 @@ COUNT_CAP = 1000  # counted exactly up to here (an index range each); beyond: "a
 def _chosen(q: Any) -> tuple[RunFilters, list[tuple[str, str]]]:
     """The filters as requeue reads them (history, dead unless dead/failed are named) and
     the query that reproduces the list."""
-    f = filters(q)
-    wanted = [s for s in f.statuses if s in runs.REQUEUEABLE]
+    f = ui_runs(q)
+    wanted = [s for s in f.statuses if s in REQUEUEABLE]
     statuses = tuple(sorted(set(wanted))) if f.statuses else ("dead",)
     here = [(k, v) for k, v in q.items() if k in KEPT and v and k != "tab"]
     return replace(f, statuses=statuses, upcoming=False), here

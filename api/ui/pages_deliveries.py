@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from api.ui.common import is_admin, render, store
 from api.ui.guard import PREFIX
-from api.ui.site import is_admin, render, store
 from supervisor.core.channels import notifications
 from supervisor.core.egress import coarse_error
 from supervisor.core.errors import InvalidSpec

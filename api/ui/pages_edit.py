@@ -16,9 +16,8 @@ from zoneinfo import available_timezones
 from aiohttp import web
 
 from api.ui import forms, preview
+from api.ui.common import UI_CONFIG, UI_LIMITS, job_of, render, store
 from api.ui.guard import PREFIX, redirect
-from api.ui.pages_jobs import _job
-from api.ui.site import UI_CONFIG, UI_LIMITS, render, store
 from supervisor.core import jobs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job, JobSpec
@@ -226,7 +225,7 @@ async def new_form(request: web.Request) -> web.StreamResponse:
 
 @routes.get(r"/jobs/{id:[0-9]{1,18}}/edit")
 async def edit_form(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     notify = [r.view() for r in await notifications(store(request)).job_notify(job.id)]
     return await _form(request, job, _values(job.spec, notify), {})
 
@@ -257,7 +256,7 @@ async def create(request: web.Request) -> web.StreamResponse:
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/edit")
 @forms.tolerant
 async def update(request: web.Request) -> web.StreamResponse:
-    return await _save(request, await _job(request))
+    return await _save(request, await job_of(request))
 
 
 async def _save(request: web.Request, job: Job | None) -> web.StreamResponse:

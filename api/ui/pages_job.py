@@ -5,7 +5,6 @@ withheld from read sessions (permissions.can_see_payloads: it may hold secrets).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,14 +13,12 @@ from aiohttp import web
 from api import cursor
 from api.auth import sees_payloads
 from api.ui import fmt, preview, svg
+from api.ui.common import dash, job_of, notice, payload_download, render, store
 from api.ui.fmt import utc
-from api.ui.guard import PREFIX, Refused
-from api.ui.pages_jobs import _notice as jobs_notice
-from api.ui.site import dash, render, store
+from api.ui.guard import PREFIX
 from supervisor.core import runs, schedule
 from supervisor.core.dashboard import JobFilters, JobLine
 from supervisor.core.domain import Job, UnloadableSchedule
-from supervisor.core.errors import NotFound
 from supervisor.core.events import destination
 from supervisor.core.runs import RunFilters
 
@@ -35,11 +32,9 @@ DURATIONS = 60
 
 @routes.get(r"/jobs/{id:[0-9]{1,18}}")
 async def job_detail(request: web.Request) -> web.StreamResponse:
-    job_id = int(request.match_info["id"])
     s = store(request)
-    job = await s.get_job(job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found (it may have been deleted)")
+    job = await job_of(request)
+    job_id = job.id
     now = await s.now()
     sched = job.spec.schedule
     instants: list[dict[str, str]] = []
@@ -76,21 +71,8 @@ async def job_detail(request: web.Request) -> web.StreamResponse:
 @routes.get(r"/jobs/{id:[0-9]{1,18}}/payload")
 async def job_payload(request: web.Request) -> web.StreamResponse:
     """The whole payload as a JSON download (the page shows fmt.SHOWN characters of it)."""
-    job_id = int(request.match_info["id"])
-    job = await store(request).get_job(job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found (it may have been deleted)")
-    return payload_download(request, job.spec.payload, f"job-{job_id}-payload.json")
-
-
-def payload_download(request: web.Request, value: Any, filename: str) -> web.Response:
-    if not sees_payloads(request):  # permissions.TABLE lists the route for operators too
-        raise Refused(403, "Payloads are withheld from read sessions.")
-    return web.Response(
-        text=json.dumps(value, indent=2, sort_keys=True),
-        content_type="application/json",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-    )
+    job = await job_of(request)
+    return payload_download(request, job.spec.payload, f"job-{job.id}-payload.json")
 
 
 async def _ended_one_off(request: web.Request, job: Job) -> JobLine | None:
@@ -103,7 +85,7 @@ async def _ended_one_off(request: web.Request, job: Job) -> JobLine | None:
 
 def _notice(request: web.Request) -> str | None:
     if request.query.get("done") != "backfilled":
-        return jobs_notice(request)  # pause, resume, run with payload: as the jobs list says
+        return notice(request)  # pause, resume, run with payload: as the jobs list says
     n = request.query.get("n", "?")
     return f"Backfilled: created {n} run{'' if n == '1' else 's'}, due now."
 

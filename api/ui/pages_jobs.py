@@ -17,52 +17,21 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from api import cursor
+from api.filters import RUN_STATUSES, ui_jobs
+from api.request import find_job
 from api.ui import forms
+from api.ui.common import DONE, UI_LIMITS, back_of, dash, job_of, notice, render, store
 from api.ui.guard import PREFIX, redirect
-from api.ui.pages_auth import safe_next
-from api.ui.site import UI_LIMITS, dash, render, store
 from api.ui.snapshot import Snapshot
 from supervisor.core import jobs
 from supervisor.core.dashboard import Dashboard, JobBrief, JobFilters, JobLine
 from supervisor.core.domain import Job
 from supervisor.core.errors import InvalidSpec, NotFound
-from supervisor.core.model import TYPE, TYPE_RULE, RunStatus
+from supervisor.core.model import RunStatus
 
 routes = web.RouteTableDef()
 PAGE = 50
-MAX_REASON = jobs.MAX_PAUSE_REASON
-STATUSES = [s.value for s in RunStatus]
-PAUSED = {"": None, "yes": True, "no": False}
 EARLIEST = datetime.min.replace(tzinfo=UTC)
-DONE = {
-    "created": "Created {job}.",
-    "saved": "Saved {job}.",
-    "paused": "Paused {job}.",
-    "resumed": "Resumed {job}.",
-    "triggered": "Triggered {job}: run #{run} is due now.",
-    "deleted": "Deleted {job}; its waiting runs were cancelled.",
-}
-
-
-def _filters(q: Any) -> tuple[JobFilters, str]:
-    text = q.get("q", "").strip()
-    if len(text) > 200:
-        raise InvalidSpec("q", "must be at most 200 characters")
-    type_ = q.get("type", "")
-    if type_ and not TYPE.fullmatch(type_):
-        raise InvalidSpec("type", TYPE_RULE)
-    choice = q.get("paused", "")
-    if choice not in PAUSED:
-        raise InvalidSpec("paused", "must be yes, no or empty")
-    paused = PAUSED[choice]
-    last = q.get("last", "")
-    if last and last not in STATUSES:
-        raise InvalidSpec("last", f"must be one of {', '.join(STATUSES)}")
-    sort = q.get("sort", "name")
-    if sort not in ("name", "next"):
-        raise InvalidSpec("sort", "must be name or next")
-    status = RunStatus(last) if last else None
-    return JobFilters(text or None, type_ or None, paused, status), sort
 
 
 def _hash(f: JobFilters, sort: str) -> str:
@@ -128,14 +97,14 @@ def last_snapshot() -> Snapshot[dict[RunStatus, list[JobBrief]]]:
 
 @routes.get("/jobs")
 async def list_jobs(request: web.Request) -> web.StreamResponse:
-    f, sort = _filters(request.query)
+    f, sort = ui_jobs(request.query)
     found, next_cursor = await _page(request, f, sort)
     here = {k: v for k, v in request.query.items() if k in ("q", "type", "paused", "last", "sort")}
     context = {
         "jobs": found,
         "now": await store(request).now(),
         "types": await dash(request).ui_job_types(),
-        "statuses": STATUSES,
+        "statuses": RUN_STATUSES,
         "query": here,
         "sort": sort,
         "next_url": f"{PREFIX}jobs?{urlencode({**here, 'cursor': next_cursor})}"
@@ -143,20 +112,11 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
         else None,
         "first_url": f"{PREFIX}jobs?{urlencode(here)}" if "cursor" in request.query else None,
         "back": request.path_qs,
-        "notice": _notice(request),
+        "notice": notice(request),
         "warning": await past_warning(request),
     }
     fragment = request.headers.get("HX-Target") == "jobs-table"
     return render(request, "jobs_table.html" if fragment else "jobs.html", context)
-
-
-def _notice(request: web.Request) -> str | None:
-    template = DONE.get(request.query.get("done", ""))
-    if template is None:
-        return None
-    return template.format(
-        job=request.query.get("job", "the job"), run=request.query.get("run", "?")
-    )
 
 
 async def past_warning(request: web.Request) -> str | None:
@@ -165,21 +125,15 @@ async def past_warning(request: web.Request) -> str | None:
     if request.query.get("warn") != "run_at" or request.query.get("done") not in DONE:
         return None
     s = store(request)
-    job = await s.get_job_by_name(request.query.get("job", ""))
-    return None if job is None else jobs.past_run_at(job.spec, await s.now())
-
-
-async def _job(request: web.Request) -> Job:
-    job_id = int(request.match_info["id"])
-    job = await store(request).get_job(job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found (it may have been deleted)")
-    return job
+    try:
+        job = await find_job(s, request.query.get("job", ""))
+    except NotFound:
+        return None
+    return jobs.past_run_at(job.spec, await s.now())
 
 
 def _back(form: Any, done: str, job: Job, **extra: Any) -> web.Response:
-    back = safe_next(form.get("back")) if form.get("back") else PREFIX + "jobs"
-    base, _, query = back.partition("?")
+    base, _, query = back_of(form.get("back")).partition("?")
     kept = [
         p
         for p in query.split("&")
@@ -194,33 +148,34 @@ ACTIONS = r"/jobs/{id:[0-9]{1,18}}/{action:pause|trigger|delete}"
 
 @routes.get(ACTIONS)
 async def action_page(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
-    back = safe_next(request.query.get("back")) if request.query.get("back") else PREFIX + "jobs"
+    job = await job_of(request)
+    back = back_of(request.query.get("back"))
     context = {"job": job, "action": request.match_info["action"], "back": back, "errors": {}}
     return render(request, "job_action.html", context)
 
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/pause")
 async def pause(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     form = await request.post()
-    reason = str(form.get("reason", "")).strip()
-    if len(reason) > MAX_REASON:
-        errors = {"reason": f"must be at most {MAX_REASON} characters"}
+    try:  # the API's rules for a reason (its length, no NUL)
+        reason = jobs.validate_pause({"reason": str(form.get("reason", ""))})
+    except jobs.InvalidSpecs as exc:
+        errors = {e.field: e.message for e in exc.errors}
         context = {
             "job": job,
             "action": "pause",
-            "back": safe_next(form.get("back")),
+            "back": back_of(form.get("back")),
             "errors": errors,
         }
         return render(request, "job_action.html", context, 422)
-    await jobs.set_paused(store(request), job.id, True, request.app[UI_LIMITS], reason or None)
+    await jobs.set_paused(store(request), job.id, True, request.app[UI_LIMITS], reason)
     return _back(form, "paused", job)
 
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/resume")
 async def resume(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     await jobs.set_paused(store(request), job.id, False, request.app[UI_LIMITS])
     return _back(await request.post(), "resumed", job)
 
@@ -228,7 +183,7 @@ async def resume(request: web.Request) -> web.StreamResponse:
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/trigger")
 @forms.tolerant  # a payload over api_max_body: the form again, with the error at the field
 async def trigger(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     form = await request.post()
     text = str(form.get("payload", "")).strip()
     too_big = forms.dropped(request)
@@ -260,7 +215,7 @@ def _trigger_form(
     context = {
         "job": job,
         "action": "trigger",
-        "back": safe_next(form.get("back")) if form.get("back") else PREFIX + "jobs",
+        "back": back_of(form.get("back")),
         "errors": {"payload": problem},
         "payload": text,
     }
@@ -269,6 +224,6 @@ def _trigger_form(
 
 @routes.post(r"/jobs/{id:[0-9]{1,18}}/delete")
 async def delete(request: web.Request) -> web.StreamResponse:
-    job = await _job(request)
+    job = await job_of(request)
     await jobs.delete_job(store(request), job.id)
     return _back(await request.post(), "deleted", job)

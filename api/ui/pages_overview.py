@@ -22,7 +22,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from api.ui import svg
-from api.ui.site import UI_CONFIG, dash, render, store
+from api.ui.common import UI_CONFIG, dash, render, store
 from api.ui.snapshot import Snapshot
 from supervisor.core import runs
 from supervisor.core.dashboard import Dashboard, Hour, Lateness

@@ -8,7 +8,6 @@ rows in the same order.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -18,22 +17,16 @@ from multidict import MultiDict
 
 from api import cursor
 from api.auth import sees_payloads
+from api.filters import KEPT, RUN_STATUSES, ui_range_errors, ui_runs
 from api.ui import fmt, live
+from api.ui.common import common, payload_download, render, store
 from api.ui.guard import PREFIX, redirect
-from api.ui.pages_job import payload_download
-from api.ui.site import common, render, store
 from supervisor.core import runs
-from supervisor.core.errors import InvalidSpec
-from supervisor.core.model import RunStatus
-from supervisor.core.runs import RunFilters
+from supervisor.core.model import CANCELLABLE, REQUEUEABLE
 
 routes = web.RouteTableDef()
 PAGE = 50
-STATUSES = [s.value for s in RunStatus]
-RANGES = ("scheduled_after", "scheduled_before", "finished_after", "finished_before")
-KEPT = ("tab", "job", "status", *RANGES)
 RUN = r"/runs/{id:[0-9]{1,18}}"
-FINAL = frozenset({"succeeded", "dead", "cancelled", "skipped"})
 DONE = {
     "cancelled": "Cancelled run #{run}.",
     "requeued": "Requeued run #{run}: it is due now.",
@@ -41,58 +34,11 @@ DONE = {
 }
 
 
-def _instant(q: Any, name: str) -> datetime | None:
-    """A form's datetime-local value (read as UTC) or an ISO 8601 instant with an offset."""
-    text = q.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidSpec(name, "must be a date and time, e.g. 2026-12-01T10:00") from None
-    if not 1 < at.year < 9999:
-        raise InvalidSpec(name, "must lie between the years 0002 and 9998")
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
-def filters(q: Any) -> RunFilters:
-    job = q.get("job", "").strip()  # a substring of the name, any case (as the jobs list's)
-    if len(job) > 200:
-        raise InvalidSpec("job", "must be at most 200 characters")
-    statuses = tuple(s for s in q.getall("status", []) if s)
-    wrong = [s for s in statuses if s not in STATUSES]
-    if wrong:
-        raise InvalidSpec("status", f"{wrong[0]!r} is not one of {', '.join(STATUSES)}")
-    tab = q.get("tab", "history")
-    if tab not in ("history", "upcoming"):
-        raise InvalidSpec("tab", "must be history or upcoming")
-    return RunFilters(
-        job_text=job or None,
-        statuses=statuses,
-        scheduled_after=_instant(q, "scheduled_after"),
-        scheduled_before=_instant(q, "scheduled_before"),
-        finished_after=_instant(q, "finished_after"),
-        finished_before=_instant(q, "finished_before"),
-        upcoming=tab == "upcoming",
-    )
-
-
-def _range_errors(q: Any) -> dict[str, str]:
-    """The date filters that are not instants, each with its error (shown at the field)."""
-    errors = {}
-    for name in RANGES:
-        try:
-            _instant(q, name)
-        except InvalidSpec as exc:
-            errors[name] = exc.message
-    return errors
-
-
 @routes.get("/runs")
 async def list_runs(request: web.Request) -> web.StreamResponse:
     q = request.query
-    errors = _range_errors(q)
-    f = filters(MultiDict((k, v) for k, v in q.items() if k not in errors))
+    errors = ui_range_errors(q)
+    f = ui_runs(MultiDict((k, v) for k, v in q.items() if k not in errors))
     fhash = cursor.filters_hash("ui-runs", f.canonical())
     token = q.get("cursor")
     key = cursor.parse_run_key(cursor.decode(token, fhash)) if token else None
@@ -113,7 +59,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
         "now": await s.now(),
         "f": f,
         "query": q,
-        "statuses": STATUSES,
+        "statuses": RUN_STATUSES,
         "chosen": set(f.statuses),
         "tab": "upcoming" if f.upcoming else "history",
         "tabs": tabs,
@@ -148,8 +94,8 @@ def _view(request: web.Request, state: live.RunState) -> dict[str, Any]:
         "status": status,
         "attempts": list(reversed(state.attempts)),
         "now": state.now,
-        "can_cancel": status in ("scheduled", "failed", "running"),
-        "can_requeue": status in runs.REQUEUEABLE,
+        "can_cancel": status in CANCELLABLE,
+        "can_requeue": status in REQUEUEABLE,
         "live": state.live,
         "waiting_for": state.waiting_for,
     }

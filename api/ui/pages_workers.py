@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api.ui.site import render, store
+from api.ui.common import render, store
 
 routes = web.RouteTableDef()
 RECENT_SECONDS = 24 * 3600.0

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from supervisor.core.db import Record
-from supervisor.core.model import RunStatus
+from supervisor.core.model import FINAL, RunStatus
 from supervisor.core.sql import Queries
 from supervisor.core.store import Store
-
-ENDED = frozenset({RunStatus.SUCCEEDED, RunStatus.DEAD, RunStatus.SKIPPED, RunStatus.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +42,7 @@ class JobLine:
     def ended(self) -> bool:
         """A one-off whose run is over: nothing planned, its last run final (a new run
         comes only from a trigger; pausing it would hold nothing)."""
-        return self.cron is None and self.next_at is None and self.last_status in ENDED
+        return self.cron is None and self.next_at is None and self.last_status in FINAL
 
     @classmethod
     def from_row(cls, r: Record) -> JobLine:

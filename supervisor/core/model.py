@@ -45,6 +45,17 @@ class RunStatus(StrEnum):
     SKIPPED = "skipped"  # not run: catch-up or overlap policy (skip_reason says which)
 
 
+# The run states, declared once for the API, the dashboard and the CLI (the SQL has its own).
+# Final: nothing moves the run on (only a requeue of a dead one starts it again).
+FINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.DEAD, RunStatus.CANCELLED, RunStatus.SKIPPED})
+# Waiting for a slot or a retry: due now or later, no attempt running.
+WAITING = frozenset({RunStatus.SCHEDULED, RunStatus.FAILED})
+# What a cancel may end: a waiting run, or a running one (its lease is revoked).
+CANCELLABLE = WAITING | {RunStatus.RUNNING}
+# What a requeue may start again (a failed run also waits for its own retry).
+REQUEUEABLE = frozenset({RunStatus.DEAD, RunStatus.FAILED})
+
+
 class Outcome(StrEnum):
     """How one attempt ended."""
 

@@ -14,13 +14,12 @@ from typing import Any
 from supervisor.core.errors import Conflict, InvalidSpec, NotFound
 from supervisor.core.groups import groups
 from supervisor.core.history import OpenRange, RunKey, TimeRange
-from supervisor.core.model import INFINITY, MAX_ID, MINUS_INFINITY, RunStatus
+from supervisor.core.model import INFINITY, MAX_ID, MINUS_INFINITY, REQUEUEABLE, WAITING, RunStatus
 from supervisor.core.records import Attempt, Run
 from supervisor.core.store import Store
 
 FIRST_PAGE: RunKey = (INFINITY, MAX_ID)  # history; the queries clamp it to (now(), max id)
 FIRST_UPCOMING: RunKey = (MINUS_INFINITY, 0)  # the plan ahead; clamped up to (now(), max id)
-REQUEUEABLE = (RunStatus.DEAD.value, RunStatus.FAILED.value)
 CANCEL_REASON = "cancelled by the API"
 JOB_MATCHES = 200  # a name substring lists the runs of at most this many jobs (by name)
 
@@ -134,7 +133,7 @@ async def run_detail(store: Store, run_id: int) -> tuple[Run, list[Attempt]]:
 
 async def waiting_for(store: Store, run: Run) -> str | None:
     """What concurrency limit holds a due, waiting run back (None: none does)."""
-    if run.status not in (RunStatus.SCHEDULED, RunStatus.FAILED):
+    if run.status not in WAITING:
         return None
     return await groups(store).run_waiting_for(run.id)
 
@@ -178,7 +177,7 @@ async def cancel_run(store: Store, run_id: int) -> None:
             raise NotFound(f"run {run_id} not found")
         if status == RunStatus.RUNNING:
             await tx.revoke_running_run(run_id, CANCEL_REASON)
-        elif status in (RunStatus.SCHEDULED, RunStatus.FAILED):
+        elif status in WAITING:
             await tx.cancel_waiting_run(run_id, CANCEL_REASON)
         else:
             raise Conflict(
