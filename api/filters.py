@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from api.instants import instant
 from api.params import Query
-from api.request import instant
 from supervisor.core.dashboard import JobFilters
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.model import MAX_ID, NAME, NAME_RULE, TYPE, TYPE_RULE, RunStatus

@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+from api.instants import instant
 from api.problems import ApiError
-from api.request import instant
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.model import MAX_ID
 

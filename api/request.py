@@ -1,63 +1,26 @@
-"""The request layer the API (routes_*.py) and the dashboard (ui/pages_*.py) share: ISO
-instants as people and URLs write them, the job lookup, and the one table from a domain
-error to its HTTP status, which each surface renders its own way (problems.py as
-problem+json, ui/guard.py as an HTML page).
+"""The request layer the API (routes_*.py) and the dashboard (ui/pages_*.py) share: the
+job lookup, and the one table from a domain error to its HTTP status, which each surface
+renders its own way (problems.py as problem+json, ui/guard.py as an HTML page).
 
-The list filters of both surfaces are in filters.py; the API's strict query parameters and
-JSON bodies in params.py. A leaf of api/: it imports supervisor.core only.
+The rest of the layer: instants.py (ISO instants as people and URLs write them) and
+filters.py (the runs and jobs lists' filters of both surfaces); the API's strict query
+parameters and JSON bodies are params.py's. A leaf of api/: it imports supervisor.core only.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
 
 from aiohttp import web
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.domain import Job
 from supervisor.core.errors import Conflict, InvalidSpec, InvalidSpecs, NotFound, RefusedValue
-from supervisor.core.jobspec import checked_instant
 from supervisor.core.log import log_event
 from supervisor.core.store import Store
 
 log = logging.getLogger("punchclock.api")
-
-
-# ---------------------------------------------------------------- instants
-
-
-def parse_iso(text: str) -> datetime:
-    """datetime.fromisoformat (Z for UTC included), with the '+' of an offset that an
-    unencoded query string turned into a space put back ("...T00:00:00 01:00"). Naive when
-    the text has no offset; ValueError when it is no ISO 8601 date-time."""
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        head, sep, tail = text.rpartition(" ")
-        if sep and ":" in tail and "T" in head:
-            return datetime.fromisoformat(f"{head}+{tail}")
-        raise
-
-
-def instant(
-    text: str, name: str, *, naive: tzinfo | None = None, example: str | None = None
-) -> datetime:
-    """The instant `text` names, in UTC with its microseconds, or InvalidSpec(name): not a
-    date-time, without an offset when `naive` is None (else read in that zone), or outside
-    jobspec's supported range. `example`: a form's wording of the first ("must be a date
-    and time, e.g. ..."); without it the message quotes the text, as the API's do."""
-    try:
-        at = parse_iso(text)
-    except ValueError:
-        rule = f"must be a date and time, e.g. {example}" if example else None
-        raise InvalidSpec(name, rule or f"'{text}' is not an ISO-8601 date-time") from None
-    if at.tzinfo is None or at.utcoffset() is None:
-        if naive is None:
-            raise InvalidSpec(name, f"'{text}' must include a UTC offset")
-        at = at.replace(tzinfo=naive)
-    return checked_instant(at, name, text)
 
 
 # ---------------------------------------------------------------- the job lookup

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 from zoneinfo import available_timezones
 
 from aiohttp import web
 
+from api.instants import parse_iso
 from api.ui import forms, preview
 from api.ui.common import UI_CONFIG, UI_LIMITS, job_of, render, store
 from api.ui.guard import PREFIX, redirect
@@ -153,7 +153,7 @@ def _run_at(text: str, zone: str, errors: dict[str, str]) -> Any:
     if not text:
         return None
     try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        at = parse_iso(text)
     except ValueError:
         return text  # the API names the problem
     if at.tzinfo is None:

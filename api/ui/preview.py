@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from api.instants import instant, parse_iso
 from supervisor.core import schedule
 from supervisor.core.errors import InvalidSpec
 from supervisor.core.model import utc_iso
@@ -48,7 +49,7 @@ def _matches(walls: CronSchedule, wall: datetime) -> bool:
 
 
 def _mark(sched: CronSchedule, walls: CronSchedule, utc_text: str, local_text: str) -> Instant:
-    t = datetime.fromisoformat(utc_text.replace("Z", "+00:00"))
+    t = parse_iso(utc_text)
     zone = sched.zone
     here = t.astimezone(zone)
     before = (t - SECOND).astimezone(zone)
@@ -103,11 +104,7 @@ def once(text: str, zone: str, now: datetime) -> list[Instant]:
     tz = schedule.load_zone(zone or "UTC")
     if not text.strip():
         return []
-    try:
-        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidSpec("run_at", "must be a date and time, e.g. 2026-12-24T18:00") from None
-    at = at.replace(tzinfo=tz) if at.tzinfo is None else at
+    at = instant(text.strip(), "run_at", naive=tz, example="2026-12-24T18:00")
     note = ""
     if at <= now:
         note = "already past: it runs at once within the catch-up window, else is skipped"
