@@ -154,20 +154,19 @@ class Host:
     upkeep: list[Loop]
     completer: Completer
     claimer: Claimer
-    completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def start(self) -> None:
         for loop in [*self.intake, *self.upkeep]:
             self.tasks[loop.name] = asyncio.create_task(loop.run())
-        self.tasks["completer"] = asyncio.create_task(self.completer.run(self.completer_stop))
+        self.tasks["completer"] = asyncio.create_task(self.completer.run())
 
     async def stop(self) -> None:
         """As Supervisor._serve's shutdown: intake, completions, upkeep, then the worker row."""
         for loop in self.intake:
             loop.stop()
         await self._wait([loop.name for loop in self.intake])
-        self.completer_stop.set()
+        self.completer.stop()
         await self._wait(["completer"])
         for loop in self.upkeep:
             loop.stop()
@@ -200,7 +199,7 @@ async def build_host(owner: str, args: argparse.Namespace, tally: Tally) -> Host
         store, owner=owner, types=[args.type], slots=stub, lease_ttl=ttl,
         misfire_grace=args.misfire_grace, poll_interval=cfg.poll_interval,
         refill_batch=concurrency, refill_wait=REFILL_WAIT, ahead=cfg.claim_ahead,
-        duties=duties, poll_gap=cfg.poll_gap, listening=lambda: False,
+        duties=duties, poll_gap=cfg.poll_gap, listening=lambda: False, riders=completer,
     )  # fmt: skip
     stub.on_slot_free = claimer.slot_freed
     up = build_upkeep(cfg, store, owner, duties, claimer, idle=lambda: stub.in_flight() == 0)

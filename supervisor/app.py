@@ -245,7 +245,7 @@ class Supervisor:
                 running = _Running(
                     intake=[tg.create_task(s.run()) for s in sv.intake],
                     upkeep=[tg.create_task(s.run()) for s in sv.upkeep],
-                    completer=tg.create_task(sv.executor.completer.run(sv.completer_stop)),
+                    completer=tg.create_task(sv.executor.completer.run()),
                 )
                 watchdog = tg.create_task(self._watchdog(notifier, sv.executor))
                 reloads = tg.create_task(reloader.run())
@@ -323,7 +323,7 @@ async def _flush_completions(
     sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]
 ) -> None:
     """Queued results are recorded (an unreachable database: given up after one TTL)."""
-    sv.completer_stop.set()
+    sv.executor.completer.stop()
     await run.completer
 
 

@@ -2,9 +2,9 @@
 
 The database decides, per run, whether a result is still ours (recorded) or late (dropped);
 each submitter learns which, through its callback (`enqueue`, the executor's path: no future
-or task wake-up per run) or its future (`submit`). After `stop`, an unreachable database is
-retried for one lease TTL at most, then the results are given up (the reaper takes those runs
-over).
+or task wake-up per run) or its future (`submit`). After `stop()`, an unreachable database
+is retried for one lease TTL at most, then the results are given up (the reaper takes those
+runs over).
 
 Results that may ride on a claim (plain successes) are also offered to the claimer
 (`take_riders`): a busy host's claim records them in its own statement
@@ -18,12 +18,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
 from supervisor.core.store import Completion, Store
 from supervisor.faces import Rider
+from supervisor.loop import IDLE_EVERY, Loop, Pass
 
 BATCH = 500
 # A batch waits this long for more results: one statement (and one commit) for several runs.
@@ -37,17 +39,26 @@ COALESCE = 0.05
 log = logging.getLogger("punchclock.completer")
 
 
-class Completer:
+@dataclass(frozen=True)
+class CompletionPass(Pass):
+    recorded: int = 0  # results recorded (the rest were late)
+
+
+class Completer(Loop):
+    """A Loop: a pass records one batch (after COALESCE for company); `stop()` ends the
+    passes, and `run()` then flushes what is left (`_flush_after_stop`)."""
+
     name = "completer"  # its service label in db_error lines and punchclock_db_errors
 
     def __init__(self, store: Store, *, owner: str, lease_ttl: float) -> None:
+        # Woken by the first result of a batch; between batches it sleeps until then.
+        super().__init__(IDLE_EVERY, jitter=0.0, max_backoff=2.0)
         self.store = store
         self.owner = owner
         self.lease_ttl = lease_ttl
         self._pending: list[Rider] = []
-        self._pending_event = asyncio.Event()
+        self._first_at: float | None = None  # when the oldest pending result came
         self.refused = 0  # results the database refused as they were (completion_refused)
-        self.errors = 0  # batches a database error stopped, retried (punchclock_db_errors)
         self.ridden = 0  # results recorded by a claim they rode on
 
     def enqueue(
@@ -56,7 +67,19 @@ class Completer:
         """Queue a result; `told` gets True once it is recorded, False if it was late, None
         if it was given up at shutdown (called from this loop; it must not raise)."""
         self._pending.append(Rider(completion, wakes_others, told))
-        self._pending_event.set()
+        if len(self._pending) == 1 or len(self._pending) == BATCH:
+            self.wake()  # the first starts the batch's wait, a full one ends it
+
+    async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
+        """`enqueue`, awaited."""
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+
+        def told(recorded: bool | None) -> None:
+            if not fut.done():
+                fut.set_result(recorded)
+
+        self.enqueue(completion, wakes_others, told)
+        return await fut
 
     def take_riders(self) -> list[Rider]:
         riders: list[Rider] = []
@@ -76,71 +99,61 @@ class Completer:
         for p in riders:
             p.solo = True
         self._pending[:0] = riders
-        self._pending_event.set()
+        self.wake()
 
-    async def submit(self, completion: Completion, wakes_others: bool) -> bool | None:
-        """`enqueue`, awaited."""
-        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+    async def run_once(self) -> CompletionPass:
+        """Record one batch of what is pending, once the oldest has waited COALESCE for
+        company (at once when the batch is full or the loop is stopping)."""
+        if not self._pending:
+            self._first_at = None
+            return CompletionPass()  # the next result wakes us
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = now
+        wait = self._first_at + COALESCE - now
+        if wait > 0 and len(self._pending) < BATCH and not self.stopping:
+            return CompletionPass(wait)  # pacing: results that end meanwhile join
+        self._first_at = None
+        # Out of the queue while in flight: a claim meanwhile takes only later ones.
+        batch = self._pending[:BATCH]
+        del self._pending[: len(batch)]
+        try:
+            recorded = await self._record([p.completion for p in batch])
+        except BaseException:
+            self._pending[:0] = batch  # retried whole (completions are idempotent)
+            raise
+        # Wake other hosts when a retry is scheduled, or an exclusive job or a limit's
+        # slot is free again.
+        if any(p.completion.status == RunStatus.FAILED or p.wakes_others for p in batch):
+            await self._notify_quietly()
+        for p in batch:
+            _tell(p.told, p.completion.run_id in recorded)
+        return CompletionPass(0.0 if self._pending else None, recorded=len(recorded))
 
-        def told(recorded: bool | None) -> None:
-            if not fut.done():
-                fut.set_result(recorded)
+    async def run(self) -> None:
+        await super().run()
+        await self._flush_after_stop()
 
-        self.enqueue(completion, wakes_others, told)
-        return await fut
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Flush queued completions in batches until `stop` is set and nothing is left.
-
-        After `stop`, an unreachable database is retried for one lease TTL at most: by then
-        every lease has expired, the database would reject the results anyway, and the
-        reaper takes the runs over. Shutdown never hangs on a dead database.
-        """
+    async def _flush_after_stop(self) -> None:
+        """After `stop`, what is left is recorded; an unreachable database is retried for one
+        lease TTL at most: by then every lease has expired, the database would reject the
+        results anyway, and the reaper takes the runs over. Shutdown never hangs on a dead
+        database."""
+        give_up_at = time.monotonic() + self.lease_ttl
         backoff = 0.05
-        give_up_at: float | None = None
-        while True:
-            if stop.is_set() and give_up_at is None:
-                give_up_at = time.monotonic() + self.lease_ttl
-            if not self._pending:
-                if stop.is_set():
-                    return
-                self._pending_event.clear()
-                waiter = asyncio.ensure_future(self._pending_event.wait())
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                stopper.cancel()
-                continue
-            if len(self._pending) < BATCH and not stop.is_set():
-                await asyncio.sleep(COALESCE)  # pacing: results that end meanwhile join
-                if not self._pending:
-                    continue  # a claim took them (take_riders)
-            # Out of the queue while in flight: a claim meanwhile takes only later ones.
-            batch = self._pending[:BATCH]
-            del self._pending[: len(batch)]
+        while self._pending:
             try:
-                recorded = await self._record([p.completion for p in batch])
+                await self.run_once()
+                backoff = 0.05
             except DB_ERRORS as exc:
-                self._pending[:0] = batch
-                self.errors += 1
-                log_event(
-                    log, "db_error", level=logging.WARNING, service=self.name, error=repr(exc)
-                )
-                if give_up_at is not None and time.monotonic() > give_up_at:
+                self.db_error(exc)
+                if time.monotonic() > give_up_at:
                     pending, self._pending = self._pending, []
                     for p in pending:
                         _tell(p.told, None)
                     return
                 await asyncio.sleep(backoff)  # retry pacing, not synchronisation
-                backoff = min(backoff * 2, 2.0)
-                continue
-            backoff = 0.05
-            # Wake other hosts when a retry is scheduled, or an exclusive job or a limit's
-            # slot is free again.
-            if any(p.completion.status == RunStatus.FAILED or p.wakes_others for p in batch):
-                await self._notify_quietly()
-            for p in batch:
-                _tell(p.told, p.completion.run_id in recorded)
+                backoff = min(backoff * 2, self.max_backoff)
 
     async def _record(self, batch: list[Completion]) -> set[int]:
         """Record a batch; a value the database refuses fails only the result that holds it.

@@ -6,9 +6,8 @@ Protocols (faces.py) passed to each.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
 from supervisor import lease
@@ -267,7 +266,6 @@ class Services:
     notifier: WebhookNotifier
     census: Census
     tails: LiveTail | None  # None: live_output_interval = 0
-    completer_stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def apply(self, cfg: Config, registry: Registry) -> None:
         """A reload's handlers and live settings, all at once (no await: no pass sees half

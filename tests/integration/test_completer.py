@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from supervisor.completer import Completer
+from supervisor.completer import COALESCE, Completer
+from supervisor.core.db import create_pool
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.store import Completion, Store
 
@@ -28,15 +29,14 @@ async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
     bad = Completion(bad.run_id, bad.lease_token, SUCCEEDED, 0.0, Outcome.SUCCEEDED, None, 0,
                      stdout_tail="a\x00b", stderr_tail="warn")  # fmt: skip
     completer = Completer(store, owner="w1", lease_ttl=TTL)
-    stop = asyncio.Event()
-    service = asyncio.create_task(completer.run(stop))
+    service = asyncio.create_task(completer.run())
     try:
         async with asyncio.timeout(10):
             results = await asyncio.gather(
                 *(completer.submit(c, False) for c in (good, bad, also_good))
             )
     finally:
-        stop.set()
+        completer.stop()
         await asyncio.wait_for(service, 10)
     assert results == [True, True, True]
     assert completer.refused == 1
@@ -49,3 +49,39 @@ async def test_a_refused_value_fails_only_its_own_result(store: Store) -> None:
     assert (refused["stdout_tail"], refused["stderr_tail"]) == (None, None)
     assert refused["error"].startswith("result not stored in full: ")
     assert await statuses(store, await run_ids(store)) == {"succeeded": 3}
+
+
+async def test_a_pass_waits_for_company_then_records_the_batch_in_one_statement(
+    store: Store,
+) -> None:
+    ids = [await due_run(store, f"r{i}") for i in range(2)]
+    first, second = (
+        Completion(c.id, c.lease_token, SUCCEEDED, 0.0, Outcome.SUCCEEDED)
+        for c in await store.claim_runs(["echo"], 10, "w1", TTL)
+    )
+    completer = Completer(store, owner="w1", lease_ttl=TTL)
+    told: list[bool | None] = []
+    completer.enqueue(first, False, told.append)
+    waiting = await completer.run_once()
+    assert waiting.next_in is not None and 0 < waiting.next_in <= COALESCE
+    assert waiting.recorded == 0 and await statuses(store, ids) == {"running": 2}
+    completer.enqueue(second, False, told.append)
+    completer.stop()  # stopping: no more waiting for company
+    done = await completer.run_once()
+    assert (done.recorded, told) == (2, [True, True])
+    assert await statuses(store, ids) == {"succeeded": 2}
+    assert (await completer.run_once()).next_in is None  # nothing left: the next result wakes it
+
+
+async def test_after_stop_an_unreachable_database_is_retried_for_one_ttl_then_given_up(
+    dsn: str,
+) -> None:
+    pool = await create_pool(dsn, min_size=1, max_size=1)
+    await pool.close()  # every statement now fails as a lost database does (DB_ERRORS)
+    completer = Completer(Store(pool), owner="w1", lease_ttl=0.3)
+    told: list[bool | None] = []
+    completer.enqueue(Completion(1, 1, SUCCEEDED, 0.0, Outcome.SUCCEEDED), False, told.append)
+    completer.stop()
+    async with asyncio.timeout(10):
+        await completer.run()
+    assert told == [None] and completer.errors >= 2  # retried, then given up: never hangs

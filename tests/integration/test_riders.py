@@ -73,10 +73,9 @@ async def test_a_claim_records_the_plain_successes_that_ride_on_it(store: Store)
         "succeeded": 1,
         "running": 2,
     }
-    stop = asyncio.Event()
-    stop.set()  # records what is left, then returns
+    completer.stop()  # records what is left, then returns
     async with asyncio.timeout(10):
-        await completer.run(stop)
+        await completer.run()
     assert told.said == {ok.id: True, failed.id: True, wakes.id: True}
     assert await statuses(store, [ok.id, failed.id, wakes.id]) == {"succeeded": 2, "failed": 1}
 
@@ -114,10 +113,9 @@ async def test_a_claim_that_fails_sends_its_riders_on_their_own(store: Store) ->
     assert await statuses(store, [good.id, bad.id]) == {"running": 2}
     again = await claimer.run_once()  # the claim alone now: they ride no more
     assert (again.claimed, again.rode) == (1, 0)
-    stop = asyncio.Event()
-    stop.set()
+    completer.stop()
     async with asyncio.timeout(10):
-        await completer.run(stop)  # one by one: the refused tail is dropped, the run recorded
+        await completer.run()  # one by one: the refused tail is dropped, the run recorded
     assert told.said == {good.id: True, bad.id: True} and completer.refused == 1
     assert await statuses(store, [good.id, bad.id]) == {"succeeded": 2}
 

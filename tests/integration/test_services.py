@@ -262,11 +262,11 @@ async def _running_executor(
     """An executor for handler `argv` with its completer running; what ended is listed."""
     ended: list[AttemptEnded] = []
     executor = _executor(store, argv, ended)
-    service = asyncio.create_task(executor.completer.run(stop := asyncio.Event()))
+    service = asyncio.create_task(executor.completer.run())
     try:
         yield executor, ended
     finally:
-        stop.set()
+        executor.completer.stop()
         await asyncio.wait_for(service, 10)
 
 
