@@ -23,6 +23,7 @@ from typing import Any
 
 from supervisor.proc import cgroups
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 from supervisor.registry import describe_isolation
 
 CHILD_MODES = ("child", "child-cgroup", "child-user", "child-cgroup-user")
@@ -30,7 +31,7 @@ NOBODY = 65534
 
 
 async def _child_worker(
-    argv: list[str], left: list[int], env: dict[str, str], mode: str = "child"
+    argv: list[str], left: list[int], env: dict[str, str], watcher: Watcher, mode: str = "child"
 ) -> None:
     host = cgroups.probe() if "cgroup" in mode else None
     if host is not None and not host.usable:
@@ -49,7 +50,7 @@ async def _child_worker(
     )
     while left[0] > 0:
         left[0] -= 1
-        child = await Child.spawn(spec)
+        child = await Child.spawn(spec, watcher)
         result = await child.wait()
         if result.outcome != "succeeded":
             raise RuntimeError(f"{argv} failed: {result}")
@@ -76,7 +77,11 @@ async def measure(mode: str, n: int, concurrency: int, argv: list[str]) -> dict[
     left = [n]
     started = time.perf_counter()
     if mode in CHILD_MODES:
-        await asyncio.gather(*(_child_worker(argv, left, env, mode) for _ in range(concurrency)))
+        watcher = Watcher()  # one for every child, as the executor's
+        await asyncio.gather(
+            *(_child_worker(argv, left, env, watcher, mode) for _ in range(concurrency))
+        )
+        watcher.close()
     else:
         await asyncio.gather(*(_asyncio_worker(argv, left, env) for _ in range(concurrency)))
     elapsed = time.perf_counter() - started

@@ -28,6 +28,7 @@ from bench.planner import insert_jobs
 from bench.throughput import ceiling
 from supervisor.local.plumbing import wait_until
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 NAME = "lateness"
 TYPE = "stamp"
@@ -97,12 +98,14 @@ async def handler_startup(samples: int) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUNCHCLOCK_")}
     spec = ChildSpec(argv=COMMAND, env=env, stdin=b"{}", timeout=60.0)
     out: list[float] = []
+    watcher = Watcher()
     for _ in range(samples):
         before = time.time()
-        child = await Child.spawn(spec)
+        child = await Child.spawn(spec, watcher)
         result = await child.wait()
         out.append((float(result.stdout_tail.strip()) - before) * 1000)
         await asyncio.sleep(0.01)
+    watcher.close()
     return summary(out)
 
 

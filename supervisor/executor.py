@@ -35,6 +35,7 @@ from supervisor.proc.child import ChildResult, ChildSpec
 from supervisor.proc.isolation import EnvFileError, read_env_files
 from supervisor.proc.orphans import Orphans
 from supervisor.proc.runner import Child
+from supervisor.proc.watcher import Watcher
 from supervisor.registry import Registry
 from supervisor.verdict import ERROR_STDERR_CHARS, not_run, verdict
 
@@ -77,6 +78,7 @@ class Executor:
         self.output_limit = output_limit
         self.keeper = keeper
         self.orphans = orphans
+        self.watcher = Watcher()  # watches every child it starts
         self.on_slot_free = on_slot_free
         self.on_started = on_started  # (type, queue delay in seconds)
         self.on_ended = on_ended
@@ -334,7 +336,9 @@ class Executor:
             else:
                 ready.append((entry, row, spec))
         try:
-            children = Child.start_many([s for _, _, s in ready], self.keeper, self.orphans)
+            children = Child.start_many(
+                [s for _, _, s in ready], self.watcher, self.keeper, self.orphans
+            )
         except Exception:  # Child.start_many catches each child's own failure
             for entry, _, _ in ready:
                 self._spawned(entry)

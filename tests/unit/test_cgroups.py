@@ -25,11 +25,10 @@ from supervisor.proc.cgchild import ChildCgroup
 from supervisor.proc.cglimits import Limits, parse_limits
 from supervisor.proc.cgroups import Host
 from supervisor.proc.child import ChildSpec
-from supervisor.proc.runner import Child
 from supervisor.registry import describe_isolation
 
 from ..helpers import wait_for
-from .test_runner import fake_process
+from .test_runner import fake_process, spawn, watcher  # noqa: F401 - watcher: autouse
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -138,7 +137,7 @@ def gone(dirs: tuple[str, ...]) -> bool:
 
 @needs_cgroups
 async def test_timeout_kills_the_escaped_grandchild(tmp_path: Path, escapees: list[int]) -> None:
-    child = await Child.spawn(escaper(tmp_path, "linger", timeout=1.5, kill_grace=0.2))
+    child = await spawn(escaper(tmp_path, "linger", timeout=1.5, kill_grace=0.2))
     assert child.cgroup is not None
     dirs = child.cgroup.dirs
     gc = await grandchild(tmp_path, escapees)
@@ -153,7 +152,7 @@ async def test_kill_on_cancel_or_lost_lease_kills_the_escaped_grandchild(
     tmp_path: Path, escapees: list[int]
 ) -> None:
     # The executor's cancel and lost-lease paths both end in Child.kill.
-    child = await Child.spawn(escaper(tmp_path, "linger", kill_grace=5))
+    child = await spawn(escaper(tmp_path, "linger", kill_grace=5))
     gc = await grandchild(tmp_path, escapees)
     async with asyncio.timeout(3):  # SIGTERM is ignored: kill(grace=0.2) must KILL at once
         await child.kill("lease lost", 0.2)
@@ -166,7 +165,7 @@ async def test_kill_on_cancel_or_lost_lease_kills_the_escaped_grandchild(
 async def test_what_a_handler_leaves_behind_dies_at_its_exit(
     tmp_path: Path, escapees: list[int]
 ) -> None:
-    child = await Child.spawn(escaper(tmp_path, "exit", kill_grace=0.2))
+    child = await spawn(escaper(tmp_path, "exit", kill_grace=0.2))
     gc = await grandchild(tmp_path, escapees)
     result = await child.wait()
     assert result.outcome == "succeeded"
@@ -179,7 +178,7 @@ async def test_without_a_cgroup_the_escapee_survives_a_kill(
     # The documented gap (DESIGN.md, Handler isolation): outside a cgroup, a descendant that
     # leaves the session, clears its environment and is not our child (no subreaper here:
     # the daemon's Orphans sweep would catch it, the keeper would not) escapes the kill.
-    child = await Child.spawn(escaper(tmp_path, "linger", host=None, kill_grace=0.2))
+    child = await spawn(escaper(tmp_path, "linger", host=None, kill_grace=0.2))
     assert child.cgroup is None
     gc = await grandchild(tmp_path, escapees)
     await child.kill("cancelled", 0.2)
@@ -194,7 +193,7 @@ async def test_v1_freezer_kill_when_there_is_no_v2_tree(
         pytest.skip("no writable v1 freezer hierarchy")
     v1_only = replace(HOST, v2=None, v2_kill=False, v2_controllers=frozenset())
     assert v1_only.kill_method == "v1 freezer"
-    child = await Child.spawn(escaper(tmp_path, "linger", host=v1_only, kill_grace=5))
+    child = await spawn(escaper(tmp_path, "linger", host=v1_only, kill_grace=5))
     assert child.cgroup is not None and child.cgroup.v2 is None
     assert "freezer" in child.cgroup.v1
     gc = await grandchild(tmp_path, escapees)
@@ -213,6 +212,7 @@ FAKE_SUPERVISOR = textwrap.dedent("""
     from supervisor.proc import cgroups
     from supervisor.proc.keeper import Keeper
     from supervisor.proc.runner import Child, ChildSpec
+    from supervisor.proc.watcher import Watcher
 
     async def main():
         keeper = await Keeper.start(sys.argv[2])
@@ -223,7 +223,7 @@ FAKE_SUPERVISOR = textwrap.dedent("""
             cgroup=cgroups.probe(),
             kill_by=time.monotonic() + 1.0 if freeze else None,
         )
-        child = await Child.spawn(spec, keeper=keeper)
+        child = await Child.spawn(spec, Watcher(), keeper)
         await keeper.sync()
         print(child.pid, keeper.pid, *child.cgroup.dirs, flush=True)
         if freeze:
@@ -293,13 +293,13 @@ WORKER = textwrap.dedent("""
 @needs_cgroups
 async def test_cpu_and_peak_memory_of_a_grandchild_are_accounted() -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    child = await Child.spawn(ChildSpec([PY, "-c", WORKER], env=env, cgroup=HOST))
+    child = await spawn(ChildSpec([PY, "-c", WORKER], env=env, cgroup=HOST))
     result = await child.wait()
     assert result.outcome == "succeeded", result.stderr_tail
     assert result.cpu_seconds is not None and result.cpu_seconds >= 0.5
     assert result.peak_rss_bytes is not None and result.peak_rss_bytes >= 96 << 20
 
-    plain = await (await Child.spawn(ChildSpec([PY, "-c", WORKER], env=env))).wait()
+    plain = await (await spawn(ChildSpec([PY, "-c", WORKER], env=env))).wait()
     assert plain.cpu_seconds is not None and plain.cpu_seconds < 0.4  # the gap this closes
 
 
@@ -335,14 +335,14 @@ def _limited(argv: list[str], limits: Limits) -> ChildSpec:
 
 @needs_cgroups
 async def test_tasks_max_caps_the_processes_of_the_run() -> None:
-    result = await (await Child.spawn(_limited([PY, "-c", FORKS], Limits(tasks_max=4)))).wait()
+    result = await (await spawn(_limited([PY, "-c", FORKS], Limits(tasks_max=4)))).wait()
     assert result.outcome == "succeeded", result.stderr_tail
     assert result.stdout_tail.strip() == "3"  # the handler itself is the 4th
 
 
 @needs_cgroups
 async def test_cpu_max_throttles_the_run() -> None:
-    result = await (await Child.spawn(_limited([PY, "-c", BUSY], Limits(cpu_max=0.2)))).wait()
+    result = await (await spawn(_limited([PY, "-c", BUSY], Limits(cpu_max=0.2)))).wait()
     assert result.outcome == "succeeded", result.stderr_tail
     assert result.cpu_seconds is not None and result.cpu_seconds < 0.4  # 1 s of wall time
 
@@ -350,7 +350,7 @@ async def test_cpu_max_throttles_the_run() -> None:
 @needs_cgroups
 async def test_memory_max_ends_the_run_oom_killed_with_the_limit_and_peak() -> None:
     spec = _limited([PY, "-c", HOG], Limits(memory_max=64 << 20))
-    result = await (await Child.spawn(spec)).wait()
+    result = await (await spawn(spec)).wait()
     assert result.outcome == "oom_killed"
     assert result.signal == signal.SIGKILL
     assert result.error == "killed by the kernel: memory limit 64 MiB reached (peak 64 MiB)"
@@ -376,7 +376,7 @@ async def test_cgroup_runs_with_cwd_umask_rlimits_and_another_user(tmp_path: Pat
         limits=(("nofile", 77),),
         cgroup=HOST,
     )
-    child = await Child.spawn(spec)
+    child = await spawn(spec)
     assert child.cgroup is not None
     name = child.cgroup.name
     result = await child.wait()
@@ -389,7 +389,7 @@ async def test_cgroup_runs_with_cwd_umask_rlimits_and_another_user(tmp_path: Pat
 @needs_cgroups
 async def test_a_missing_command_is_a_spawn_error_and_leaves_no_cgroup(tmp_path: Path) -> None:
     spec = ChildSpec(["/nonexistent/cmd"], env={"PATH": "/usr/bin:/bin"}, cgroup=HOST)
-    result = await (await Child.spawn(spec)).wait()
+    result = await (await spawn(spec)).wait()
     assert result.outcome == "spawn_failed"
     assert "cannot execute '/nonexistent/cmd'" in (result.error or "")
     assert not [d for d in os.listdir(HOST.v2 or next(iter(HOST.v1.values())))

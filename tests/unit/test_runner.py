@@ -20,6 +20,7 @@ import pytest
 from supervisor.proc.keeper import Keeper
 from supervisor.proc.keeperd import CHILD_ID_ENV
 from supervisor.proc.runner import Child, ChildResult, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 from ..helpers import wait_for
 
@@ -57,8 +58,26 @@ def spec(argv: list[str], **kwargs: object) -> ChildSpec:
     return ChildSpec(argv=argv, env=dict(BASE_ENV), **kwargs)  # type: ignore[arg-type]
 
 
+_watcher: Watcher | None = None  # the test's own (the `watcher` fixture), as an executor's
+
+
+@pytest.fixture(autouse=True)
+async def watcher() -> AsyncIterator[Watcher]:
+    global _watcher
+    _watcher = Watcher()
+    yield _watcher
+    _watcher.close()
+    _watcher = None
+
+
+async def spawn(child_spec: ChildSpec, keeper: Keeper | None = None) -> Child:
+    """Child.spawn with the test's watcher."""
+    assert _watcher is not None
+    return await Child.spawn(child_spec, _watcher, keeper)
+
+
 async def run(argv: list[str], **kwargs: object) -> ChildResult:
-    child = await Child.spawn(spec(argv, **kwargs))
+    child = await spawn(spec(argv, **kwargs))
     return await child.wait()
 
 
@@ -176,7 +195,7 @@ async def test_death_by_signal() -> None:
 
 
 async def test_spawn_failed_for_missing_file() -> None:
-    child = await Child.spawn(spec(["/nonexistent/punchclock-handler", "arg"]))
+    child = await spawn(spec(["/nonexistent/punchclock-handler", "arg"]))
     assert child.pid is None
     await child.kill("no-op")  # nothing to kill; must not raise
     result = await child.wait()
@@ -197,7 +216,8 @@ async def test_start_many_starts_each_child_and_a_failed_spawn_fails_only_its_ow
         spec([PY, "-c", script], stdin=b"abc"),
         spec(["true"]),
     ]
-    children = Child.start_many(specs)
+    assert _watcher is not None
+    children = Child.start_many(specs, _watcher)
     ended: list[ChildResult] = []
     children[0].when_done(ended.append)
     results = await asyncio.gather(*(c.wait() for c in children))
@@ -229,7 +249,7 @@ async def test_bare_command_is_found_on_the_childs_path(tmp_path: Path) -> None:
     tool.write_text("#!/bin/sh\necho found\n")
     tool.chmod(0o755)
     env = {**BASE_ENV, "PATH": f"{tmp_path}:/usr/bin:/bin"}
-    result = await (await Child.spawn(ChildSpec(["punchclock-tool"], env=env))).wait()
+    result = await (await spawn(ChildSpec(["punchclock-tool"], env=env))).wait()
     assert (result.outcome, result.stdout_tail) == ("succeeded", "found\n")
     missing = await run(["punchclock-no-such-tool"])
     assert missing.outcome == "spawn_failed"
@@ -273,7 +293,7 @@ async def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
         '(setsid sleep 1000 & echo $! > "$D/orphan.tmp"; mv "$D/orphan.tmp" "$D/orphan"); '
         'touch "$D/ready"; wait'
     )
-    child = await Child.spawn(
+    child = await spawn(
         ChildSpec(
             ["sh", "-c", script],
             env={**BASE_ENV, "D": str(tmp_path)},
@@ -308,7 +328,7 @@ async def test_a_timeout_holds_whether_it_ends_before_or_after_the_output_watch(
 
 
 async def test_kill_without_grace_is_immediate(tmp_path: Path) -> None:
-    child = await Child.spawn(
+    child = await spawn(
         spec(["sh", "-c", f'trap "" TERM; touch {tmp_path}/ready; sleep 1000'], kill_grace=60)
     )
     await wait_for((tmp_path / "ready").exists)
@@ -323,7 +343,7 @@ async def test_kill_without_grace_is_immediate(tmp_path: Path) -> None:
 
 async def test_kill_with_grace_lets_the_child_exit_cleanly(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    child = await Child.spawn(spec([PY, "-c", TERM_EXITS, str(ready)]))
+    child = await spawn(spec([PY, "-c", TERM_EXITS, str(ready)]))
     await wait_for(ready.exists)
     started = time.monotonic()
     await child.kill("shutting down", grace=30)
@@ -336,7 +356,7 @@ async def test_kill_with_grace_lets_the_child_exit_cleanly(tmp_path: Path) -> No
 
 async def test_kill_escalates_after_the_grace(tmp_path: Path) -> None:
     term, ready = tmp_path / "term", tmp_path / "ready"
-    child = await Child.spawn(spec([PY, "-c", TERM_RECORDER, str(term), str(ready)]))
+    child = await spawn(spec([PY, "-c", TERM_RECORDER, str(term), str(ready)]))
     await wait_for(ready.exists)
     started = time.monotonic()
     await child.kill("lease lost", grace=0.3)
@@ -350,7 +370,7 @@ async def test_kill_shortens_a_running_timeout_grace(tmp_path: Path) -> None:
     term = tmp_path / "term"
     # sh sets its trap within a millisecond or so, well before the timeout fires.
     script = f'trap "touch {term}" TERM; while :; do sleep 0.05; done'
-    child = await Child.spawn(spec(["sh", "-c", script], timeout=0.5, kill_grace=60))
+    child = await spawn(spec(["sh", "-c", script], timeout=0.5, kill_grace=60))
     await wait_for(term.exists)  # the timeout fired and sent TERM; 60 s of grace remain
     started = time.monotonic()
     await asyncio.gather(child.kill("hurry", grace=0), child.kill("again", grace=0), child.wait())
@@ -363,7 +383,7 @@ async def test_kill_shortens_a_running_timeout_grace(tmp_path: Path) -> None:
 
 
 async def test_kill_after_exit_keeps_the_outcome() -> None:
-    child = await Child.spawn(spec(["true"]))
+    child = await spawn(spec(["true"]))
     result = await child.wait()
     await child.kill("too late", grace=0)
     assert result.outcome == "succeeded"
@@ -376,7 +396,7 @@ async def test_descendants_do_not_outlive_a_normal_exit(tmp_path: Path) -> None:
         '(trap "" TERM; exec sleep 1000) & echo $! > "$D/stubborn"; '
         'setsid sleep 1000 & echo $! > "$D/esc"'
     )
-    child = await Child.spawn(
+    child = await spawn(
         ChildSpec(["sh", "-c", script], env={**BASE_ENV, "D": str(tmp_path)}, kill_grace=0.2)
     )
     result = await child.wait()
@@ -391,7 +411,7 @@ async def test_a_descendant_writing_on_after_exit_does_not_hold_the_loop(tmp_pat
     # as fast as we read (`yes`) must not keep that drain going: it is killed with the
     # group's leftovers while the loop stays free (this test's timer fires).
     script = 'yes & echo $! > "$D/yes"; sleep 0.05'
-    child = await Child.spawn(
+    child = await spawn(
         ChildSpec(["sh", "-c", script], env={**BASE_ENV, "D": str(tmp_path)}, kill_grace=0.2)
     )
     ticks = 0
@@ -448,9 +468,9 @@ def _open_fds() -> int:
 
 
 async def test_many_concurrent_children_leak_no_fds() -> None:
-    await (await Child.spawn(spec(["true"]))).wait()  # the loop's own epoll set of pidfds
+    await (await spawn(spec(["true"]))).wait()  # the loop's own epoll set of pidfds
     before = _open_fds()
-    children = await asyncio.gather(*(Child.spawn(spec(["true"])) for _ in range(200)))
+    children = await asyncio.gather(*(spawn(spec(["true"])) for _ in range(200)))
     results = await asyncio.gather(*(c.wait() for c in children))
     assert [r.outcome for r in results] == ["succeeded"] * 200
     assert _open_fds() == before
@@ -458,7 +478,8 @@ async def test_many_concurrent_children_leak_no_fds() -> None:
 
 def test_a_closed_event_loop_leaves_no_fd_behind() -> None:
     async def one() -> str:
-        return (await (await Child.spawn(spec(["true"]))).wait()).outcome
+        watcher = Watcher()  # not closed: its epoll set goes with the loop
+        return (await (await Child.spawn(spec(["true"]), watcher)).wait()).outcome
 
     before = _open_fds()
     for _ in range(5):
@@ -474,6 +495,7 @@ sys.path.insert(0, sys.argv[1])
 from supervisor.proc.keeper import Keeper
 from supervisor.proc.keeperd import CHILD_ID_ENV
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 async def main():
     keeper = await Keeper.start(sys.argv[2])
@@ -484,7 +506,7 @@ async def main():
         'env -i /bin/sleep 1000 & echo $! > "$D/noenv.tmp"; mv "$D/noenv.tmp" "$D/noenv"; '
         'exec sleep 1000'
     )
-    child = await Child.spawn(ChildSpec(["sh", "-c", script], env=env), keeper=keeper)
+    child = await Child.spawn(ChildSpec(["sh", "-c", script], env=env), Watcher(), keeper)
     await keeper.sync()  # registrations are coalesced for 10 ms; `noenv` needs its pgid
     print(child.pid, keeper.pid, flush=True)
     await child.wait()
@@ -548,13 +570,14 @@ import asyncio, sys
 sys.path.insert(0, sys.argv[1])
 import supervisor.proc.keeper as keeper_module
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 keeper_module._COALESCE_SECONDS = 3600.0  # the registration below is never written
 
 async def main():
     keeper = await keeper_module.Keeper.start(sys.argv[2])
     env = {"PATH": "/usr/bin:/bin", "PUNCHCLOCK_TEST_SESSION": sys.argv[3]}
-    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env), keeper=keeper)
+    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env), Watcher(), keeper)
     print(child.pid, keeper.pid, flush=True)
     await child.wait()
 
@@ -576,9 +599,7 @@ async def test_keeper_close_leaves_children_alive(tmp_path: Path) -> None:
     alive, ready = tmp_path / "alive", tmp_path / "ready"
     keeper = await Keeper.start(uuid.uuid4().hex)
     keeper_proc = psutil.Process(keeper.pid)
-    child = await Child.spawn(
-        spec([PY, "-c", USR1_PROVES_LIFE, str(alive), str(ready)]), keeper=keeper
-    )
+    child = await spawn(spec([PY, "-c", USR1_PROVES_LIFE, str(alive), str(ready)]), keeper)
     try:
         await wait_for(ready.exists)
         await keeper.close()
@@ -598,14 +619,16 @@ sys.path.insert(0, sys.argv[1])
 from supervisor.proc.keeper import Keeper
 from supervisor.proc.keeperd import CHILD_ID_ENV
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 async def main():
     keeper = await Keeper.start(sys.argv[2])
     env = {"PATH": "/usr/bin:/bin", "D": sys.argv[3], "PUNCHCLOCK_TEST_SESSION": sys.argv[4]}
     script = 'setsid sleep 1000 & echo $! > "$D/esc.tmp"; mv "$D/esc.tmp" "$D/esc"; exec sleep 1000'
     now = time.monotonic()
-    doomed = await Child.spawn(ChildSpec(["sh", "-c", script], env=env, kill_by=now + 1.0), keeper)
-    renewed = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=now + 1.0), keeper)
+    watcher = Watcher()
+    doomed = await Child.spawn(ChildSpec(["sh", "-c", script], env=env, kill_by=now + 1.0), watcher, keeper)
+    renewed = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=now + 1.0), watcher, keeper)
     renewed.set_kill_by(now + 3600)  # as a lease renewal does
     await keeper.sync()
     print(doomed.pid, renewed.pid, now + 1.0, keeper.pid, flush=True)
@@ -637,6 +660,7 @@ import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
 import supervisor.proc.keeper as keeper_module
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 keeper_module._COALESCE_SECONDS = 3600.0  # the group registration is never written
 
@@ -644,7 +668,7 @@ async def main():
     keeper = await keeper_module.Keeper.start(sys.argv[2])
     env = {"PATH": "/usr/bin:/bin", "PUNCHCLOCK_TEST_SESSION": sys.argv[3]}
     kill_by = time.monotonic() + 1.0
-    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by), keeper)
+    child = await Child.spawn(ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by), Watcher(), keeper)
     print(child.pid, kill_by, flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the coalescing window
 
@@ -668,6 +692,7 @@ import asyncio, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
 import supervisor.proc.keeper as keeper_module
 from supervisor.proc.runner import Child, ChildSpec
+from supervisor.proc.watcher import Watcher
 
 keeper_module._COALESCE_SECONDS = 3600.0  # only announcements and sync() are written
 
@@ -678,14 +703,15 @@ async def main():
     # One claim whose child was registered and renewed, its batch withdrawn...
     keeper.announce_batch("b0b0b0b0b0b0", kill_by)
     spec = ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by, announced="b0b0b0b0b0b0")
-    renewed = await Child.spawn(spec, keeper)
+    watcher = Watcher()
+    renewed = await Child.spawn(spec, watcher, keeper)
     renewed.set_kill_by(kill_by + 3600)
     keeper.withdraw("b0b0b0b0b0b0")
     await keeper.sync()
     # ...and one whose two children the keeper knows only by the batch's announcement.
     keeper.announce_batch("a1a1a1a1a1a1", kill_by)
     spec = ChildSpec(["sleep", "1000"], env=env, kill_by=kill_by, announced="a1a1a1a1a1a1")
-    doomed = [await Child.spawn(spec, keeper) for _ in range(2)]
+    doomed = [await Child.spawn(spec, watcher, keeper) for _ in range(2)]
     print(renewed.pid, *(c.pid for c in doomed), kill_by, flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)  # frozen before naming their groups
 
