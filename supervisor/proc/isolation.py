@@ -94,7 +94,7 @@ def identity_switch_problem(status_path: str = PROC_STATUS) -> str | None:
 def resolve_identity(user: object, group: object, supplementary: object) -> Identity:
     """The identity for TOML `user`, `group`, `supplementary_groups`; ValueError names the
     field. Without `group`, the user's primary group; without `supplementary_groups`, the
-    user's groups from the group database (as initgroups does)."""
+    user's groups from the system's group list (as initgroups does)."""
     try:
         pw = _passwd(user)
     except KeyError:

@@ -61,9 +61,9 @@ class TreeKill:
             self._wake.set()
 
     async def _run(self) -> None:
-        # A kill with (almost) no grace left, a lease running out, signals before the snapshot:
+        # A kill with (almost) no grace left (a deadline running out) signals before the snapshot:
         # it reads every process's /proc entry in a thread, which took seconds on a loaded host
-        # with hundreds of kills queued (a child outlived its lease: test_fleet_faults). Strays
+        # with hundreds of kills queued (a child outlived its deadline: test_fleet_faults). Strays
         # are still found by their CHILD_ID_ENV mark, and reparented ones by the orphan sweep.
         if self.deadline - time.monotonic() < _HURRIED and not self._exited.done():
             urgent = self.deadline <= time.monotonic()

@@ -1,6 +1,6 @@
 """The one way a helper process notices that the process that started it is gone, and how to
-start such a helper. The helpers are the keeper (keeperd), and the watchdog that stops the
-local PostgreSQL and `punchclock up`'s children (watchdog).
+start such a helper. The helpers are the keeper (keeperd), and the watchdog that stops what
+`punchclock up` and the local server tooling started (local/watchdog).
 
 The parent holds the write end of the helper's stdin, so EOF means the parent is gone however
 it died (SIGKILL and OOM kill included). getppid() is checked at least once a second too, for

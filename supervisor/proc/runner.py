@@ -154,7 +154,7 @@ class Child:
 
     def when_done(self, callback: Callable[[ChildResult], None]) -> None:
         """Call `callback` with the result once the child and its leftovers are gone (at
-        once if they are), from the event-loop callback that saw it: the executor's path,
+        once if they are), from the event-loop callback that saw it: a caller's hot path,
         with no task, future or extra loop iteration per child. One callback per child."""
         if self._done.done():
             callback(self._done.result())

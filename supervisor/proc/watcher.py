@@ -1,5 +1,5 @@
-"""The process watcher: what watches every child of one owner (the executor makes one and
-passes it to each child it starts), so that a child costs the event loop little of its own.
+"""The process watcher: what watches every child of one owner (who makes one and passes it
+to each child it starts), so that a child costs the event loop little of its own.
 
 The young (their first WATCH_AFTER seconds), in start order, behind one timer: most exit
 within it and so never cost a timer of their own (a timer and its cancellation each, for the
