@@ -15,7 +15,8 @@ from typing import Any
 from supervisor.core import egress
 from supervisor.core.egress import url_problem
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
-from supervisor.core.model import NAME, NAME_RULE
+from supervisor.core.jobfields import FIELD
+from supervisor.core.model import MAX_URL, NAME, NAME_RULE
 
 
 class Event(StrEnum):
@@ -36,7 +37,7 @@ class Event(StrEnum):
 
 SUBSCRIBABLE = [e.value for e in Event if e is not Event.TEST]
 FORMATS = ("punchclock", "slack")
-MAX_RULES = 20
+MAX_RULES = int(FIELD["notify"].most or 0)  # a job's notify list
 MAX_HEADERS = 20
 # Headers a channel may not set: the request's framing and the signature's own.
 RESERVED_HEADERS = {"content-type", "content-length", "host", "transfer-encoding", "connection"}
@@ -139,8 +140,10 @@ def check_url(
     """An http(s) URL (a channel's, a ping's, the heartbeat's), parsed with yarl as aiohttp
     sends it: no refused address literal unless `allowed` (egress.Destinations) allows
     private ones, and a host the allow-list admits (egress.url_problem for the rules)."""
-    if not isinstance(value, str) or len(value) > 2000:
-        errors.append(InvalidSpec(field, "must be an http or https URL of at most 2000 characters"))
+    if not isinstance(value, str) or len(value) > MAX_URL:
+        errors.append(
+            InvalidSpec(field, f"must be an http or https URL of at most {MAX_URL} characters")
+        )
         return None
     url, problem = url_problem(value, allowed)
     if url is None:

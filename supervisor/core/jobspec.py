@@ -17,51 +17,18 @@ from supervisor.core.errors import InvalidSpec, InvalidSpecs
 from supervisor.core.events import check_ping_url, parse_notify
 from supervisor.core.exitpolicy import FIELDS as POLICY_FIELDS
 from supervisor.core.exitpolicy import parse_policy
+from supervisor.core.jobfields import BODY_KEYS, FIELD, NULLABLE_KEYS
+from supervisor.core.jobfields import FIELDS as JOB_FIELDS
 from supervisor.core.limits import LIMIT_FIELDS, parse_limits
 from supervisor.core.model import NAME, NAME_RULE, TYPE, TYPE_RULE, Catchup, Overlap
 
-WEEK = 7 * 24 * 3600
-FIELDS = {
-    "name",
-    "type",
-    "payload",
-    "cron",
-    "timezone",
-    "run_at",
-    "max_attempts",
-    "timeout_seconds",
-    "retry",
-    "catchup",
-    "catchup_window_seconds",
-    "overlap",
-    "paused",
-    "notify",
-    "pause_after_failures",
-    "job_failing_after",
-    "expect_success_within_seconds",
-    "late_after_seconds",
-    "ping_url",
-    *POLICY_FIELDS,
-    *LIMIT_FIELDS,
-}
-# null means "no value"; only these job fields can have none (cron and run_at: one of them;
-# retry_on: every failure not in dead_on; pause_after_failures: never auto-paused;
-# expect_success_within_seconds: no job_silent; late_after_seconds: ready_max_lag; the
-# concurrency limits: none).
-NULLABLE = {
-    "timeout_seconds",
-    "cron",
-    "run_at",
-    "retry_on",
-    "pause_after_failures",
-    "expect_success_within_seconds",
-    "late_after_seconds",
-    "ping_url",
-    *LIMIT_FIELDS,
-}
-# Bounds of the optional seconds (migration 0009's checks): a year and a day; a week.
-OPTIONAL_SECONDS = {"expect_success_within_seconds": 366 * 86400, "late_after_seconds": WEEK}
-MAX_STREAK = 1000  # pause_after_failures and job_failing_after (migration 0009's checks)
+# The body's fields and which may be null, from their declaration (jobfields.py); null means
+# "no value" (cron and run_at: one of them; retry_on: every failure not in dead_on;
+# pause_after_failures: never auto-paused; expect_success_within_seconds: no job_silent;
+# late_after_seconds: ready_max_lag; the concurrency limits: none).
+FIELDS = set(BODY_KEYS)
+NULLABLE = set(NULLABLE_KEYS)
+RETRY_KEYS = {f.path[1] for f in JOB_FIELDS if f.path[0] == "retry"}
 # Instants accepted from users: a day inside Python's datetime range on each side, so no
 # offset or day of arithmetic overflows, and never the instants asyncpg sends as -infinity
 # (0001-01-01T00:00Z) and infinity (9999-12-31T23:59:59.999999Z).
@@ -102,6 +69,15 @@ def _number(
 def _plain(x: float) -> str:
     """A bound as people write it: 31622400, not 3.16224e+07."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _declared(errors: list[InvalidSpec], name: str, value: Any) -> Any:
+    """A number within its declared bounds (jobfields.FIELD); None if null and nullable."""
+    f = FIELD[name]
+    if value is None and f.nullable:
+        return None
+    assert f.least is not None and f.most is not None
+    return _number(errors, f.key, value, f.least, f.most, f.integer)
 
 
 def _choice(errors: list[InvalidSpec], field: str, value: Any, choices: list[str]) -> Any:
@@ -161,24 +137,20 @@ def validate_job(
         elif problem := unstorable(body["payload"]):
             errors.append(InvalidSpec("payload", problem))
         out["payload"] = body["payload"]
-    if "max_attempts" in body:
-        out["max_attempts"] = _number(errors, "max_attempts", body["max_attempts"], 1, 100, True)
-    if "timeout_seconds" in body:
-        t = body["timeout_seconds"]
-        out["timeout_seconds"] = (
-            None if t is None else _number(errors, "timeout_seconds", t, 1, WEEK)
-        )
+    for name in ("max_attempts", "timeout_seconds"):
+        if name in body:
+            out[name] = _declared(errors, name, body[name])
     if "retry" in body:
         _validate_retry(errors, body["retry"], out)
     if "catchup" in body:
-        catchup = _choice(errors, "catchup", body["catchup"], [c.value for c in Catchup])
+        catchup = _choice(errors, "catchup", body["catchup"], list(FIELD["catchup"].choices))
         out["catchup"] = catchup and Catchup(catchup)
     if "catchup_window_seconds" in body:
-        out["catchup_window_seconds"] = _number(
-            errors, "catchup_window_seconds", body["catchup_window_seconds"], 0, 30 * 24 * 3600
+        out["catchup_window_seconds"] = _declared(
+            errors, "catchup_window_seconds", body["catchup_window_seconds"]
         )
     if "overlap" in body:
-        overlap = _choice(errors, "overlap", body["overlap"], [o.value for o in Overlap])
+        overlap = _choice(errors, "overlap", body["overlap"], list(FIELD["overlap"].choices))
         out["overlap"] = overlap and Overlap(overlap)
     if "paused" in body:
         if not isinstance(body["paused"], bool):
@@ -186,21 +158,15 @@ def validate_job(
         out["paused"] = body["paused"]
     if "notify" in body:
         out["notify"] = parse_notify(errors, body["notify"])
-    if "pause_after_failures" in body:
-        n = body["pause_after_failures"]
-        out["pause_after_failures"] = (
-            None if n is None else _number(errors, "pause_after_failures", n, 1, MAX_STREAK, True)
-        )
-    if "job_failing_after" in body:
-        out["job_failing_after"] = _number(
-            errors, "job_failing_after", body["job_failing_after"], 1, MAX_STREAK, True
-        )
+    for name in ("pause_after_failures", "job_failing_after"):
+        if name in body:
+            out[name] = _declared(errors, name, body[name])
     if "ping_url" in body:
         url = body["ping_url"]
         out["ping_url"] = None if url is None else check_ping_url(errors, url, allowed_hosts)
-    for key, most in OPTIONAL_SECONDS.items():
-        if key in body:
-            out[key] = None if body[key] is None else _number(errors, key, body[key], 1, most)
+    for name in ("expect_success_within_seconds", "late_after_seconds"):
+        if name in body:
+            out[name] = _declared(errors, name, body[name])
     if body.keys() & set(POLICY_FIELDS):
         out["exit_policy"] = parse_policy(errors, body, out["exit_policy"])
     if body.keys() & {*LIMIT_FIELDS, "overlap"}:
@@ -215,20 +181,16 @@ def _validate_retry(errors: list[InvalidSpec], retry: Any, out: dict[str, Any]) 
     if not isinstance(retry, dict):
         errors.append(InvalidSpec("retry", "must be an object with base_seconds and cap_seconds"))
         return
-    for key in sorted(set(retry) - {"base_seconds", "cap_seconds"}):
+    for key in sorted(set(retry) - RETRY_KEYS):
         errors.append(InvalidSpec(f"retry.{key}", "unknown field"))
-    for key in sorted({"base_seconds", "cap_seconds"} & set(retry)):
+    for key in sorted(RETRY_KEYS & set(retry)):
         if retry[key] is None:
             errors.append(InvalidSpec(f"retry.{key}", "cannot be null"))
     retry = {k: v for k, v in retry.items() if v is not None}
-    if "base_seconds" in retry:
-        out["retry_base_seconds"] = _number(
-            errors, "retry.base_seconds", retry["base_seconds"], 0, 86400
-        )
-    if "cap_seconds" in retry:
-        out["retry_cap_seconds"] = _number(
-            errors, "retry.cap_seconds", retry["cap_seconds"], 0, WEEK
-        )
+    for name in ("retry_base_seconds", "retry_cap_seconds"):
+        key = FIELD[name].path[1]
+        if key in retry:
+            out[name] = _declared(errors, name, retry[key])
     base, cap = out["retry_base_seconds"], out["retry_cap_seconds"]
     if base is not None and cap is not None and cap < base:
         errors.append(InvalidSpec("retry.cap_seconds", f"must be at least base_seconds ({base:g})"))

@@ -7,11 +7,12 @@ from typing import Any
 
 from supervisor.core.domain import JobLimits
 from supervisor.core.errors import InvalidSpec, InvalidSpecs
+from supervisor.core.jobfields import FIELD
 from supervisor.core.model import TYPE, TYPE_RULE, Overlap
 
 LIMIT_FIELDS = ("concurrency_group", "max_concurrent")
 MAX_RUNNING = 10000  # a group's limit (the concurrency_groups check)
-MAX_CONCURRENT = 1000  # a job's own (the jobs check)
+MAX_CONCURRENT = int(FIELD["max_concurrent"].most or 0)  # a job's own (the jobs check)
 GROUP_RULE = TYPE_RULE  # the same shape as a handler type: 1-100 of A-Za-z0-9_.:-
 
 

@@ -22,6 +22,8 @@ NAME_RULE = "must be 1-200 letters, digits or -_.: and must not start with a dot
 TYPE_RULE = "must be 1-100 letters, digits or -_.: and must not start with a dot"
 
 
+# The longest URL taken (a job's ping_url, a channel's url, heartbeat_ping_url).
+MAX_URL = 2000
 # Ids are bigint: the largest a run, job or attempt id can be (a bound for input checks).
 MAX_ID = 2**63 - 1
 # The ends of time as asyncpg sends them ('infinity', '-infinity'): open bounds of a range.
