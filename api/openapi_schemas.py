@@ -1,4 +1,5 @@
-"""OpenAPI 3.1 component schemas: the shapes of api/views.py and supervisor/core/jobspec.py fields.
+"""OpenAPI 3.1 component schemas: the shapes of api/views.py, and a job's fields as
+supervisor/core/jobfields.py declares them (field_schema).
 
 Builders (obj, null, ref) keep the document short; api/openapi.py uses them for the paths.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from api.params import MAX_TEXT, MAX_ZONE
+from supervisor.core import jobfields
 from supervisor.core.events import SUBSCRIBABLE
 from supervisor.core.exitpolicy import NAMED
-from supervisor.core.limits import MAX_CONCURRENT
+from supervisor.core.jobfields import JobField
 from supervisor.core.model import (
     MAX_ID,
     NAME_PATTERN,
@@ -69,146 +71,68 @@ def enum(values: Any) -> J:
     return {"type": "string", "enum": [v.value for v in values]}
 
 
-RETRY = obj(
-    {
-        "base_seconds": {"type": "number", "minimum": 0, "maximum": 86400},
-        "cap_seconds": {"type": "number", "minimum": 0, "maximum": 604800},
-    },
-    required=[],
-)
 EXIT_STATUS: J = {"type": "integer", "minimum": 0, "maximum": 255}
 ENDING: J = {"oneOf": [EXIT_STATUS, {"type": "string", "enum": list(NAMED)}]}
 ENDINGS: J = {"type": "array", "items": ENDING, "uniqueItems": True}
-# The exit-code policy (handlers/README.md): in requests and in the job view alike.
 GROUP_NAME: J = {"type": "string", "pattern": TYPE}
-JOB_LIMIT_FIELDS: J = {
-    "concurrency_group": null(
-        {**GROUP_NAME, "description": "the concurrency group it joins (it must exist, else 422)"}
-    ),
-    "max_concurrent": null(
-        {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_CONCURRENT,
-            "description": "at most this many of its runs at once on all hosts (above 1 needs"
-            " overlap allow); null: no limit of its own",
-        }
-    ),
+NOTIFY_RULE = obj(
+    {"channel": {"type": "string", "pattern": NAME}, "events": {**EVENTS, "minItems": 1}}
+)
+# A job field's schema by its kind (jobfields.py); its declaration adds bounds and help.
+KINDS: dict[str, J] = {
+    jobfields.STRING: STR,
+    jobfields.INSTANT: TIME,
+    jobfields.INTEGER: INT,
+    jobfields.NUMBER: NUM,
+    jobfields.BOOLEAN: BOOL,
+    jobfields.CHOICE: STR,
+    jobfields.OBJECT: {"type": "object"},
+    jobfields.CODES: {"type": "array", "items": EXIT_STATUS},
+    jobfields.ENDINGS: ENDINGS,
+    jobfields.RULES: {"type": "array", "items": NOTIFY_RULE},
 }
-POLICY_FIELDS: J = {
-    "success_exit_codes": {
-        "type": "array",
-        "items": EXIT_STATUS,
-        "minItems": 1,
-        "description": "exit statuses that count as success (default [0])",
-    },
-    "dead_on": {
-        **ENDINGS,
-        "description": "endings that make the run dead at once (default [65]): exit statuses,"
-        " signal, timeout, oom_killed",
-    },
-    "retry_on": null(
-        {
-            **ENDINGS,
-            "description": "the only endings retried; null (default): every failure not in dead_on",
-        }
-    ),
-}
-# Notification rules of a job (DESIGN.md, Notifications): in requests and in the job view.
-STREAK_FIELDS: J = {
-    "pause_after_failures": null(
-        {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 1000,
-            "description": "pause the job after this many consecutive runs ended dead by the"
-            " handler's own doing (exit status, signal, timeout; not a lost lease, a shutdown"
-            " or a cancel), raising job_auto_paused; resume starts the count again."
-            " null (default): never",
-        }
-    ),
-    "job_failing_after": {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": 1000,
-        "description": "job_failing once this many consecutive runs ended dead (default 1)",
-    },
-    "expect_success_within_seconds": null(
-        {
-            "type": "number",
-            "minimum": 1,
-            "maximum": 31622400,
-            "description": "job_silent (a dead-man's switch) once the job has had no success"
-            " for this long, counted from its latest success or its last change or resume,"
-            " on the database clock; sent once until the next success. null (default): never",
-        }
-    ),
-    "late_after_seconds": null(
-        {
-            "type": "number",
-            "minimum": 1,
-            "maximum": 604800,
-            "description": "run_late once a due run waited this long (null, default: the"
-            " deployment's ready_max_lag)",
-        }
-    ),
-}
-JOB_FIELDS: J = {
-    "name": {"type": "string", "pattern": NAME},
-    "type": {"type": "string", "pattern": TYPE, "description": "a handler type name"},
-    "payload": PAYLOAD,
-    "cron": null(
-        {
-            "type": "string",
-            "description": "5 fields, or 6 with seconds first; null only together with run_at",
-        }
-    ),
-    "timezone": {"type": "string", "description": "IANA zone of the cron expression"},
-    "run_at": null(
-        {
-            **TIME,
-            "description": "a one-off instant (with an offset, 0001-01-02 to 9999-12-30 UTC);"
-            " null only together with cron",
-        }
-    ),
-    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
-    "timeout_seconds": null(
-        {
-            "type": "number",
-            "minimum": 1,
-            "maximum": 604800,
-            "description": "null: none of the job's own (the handler's, else 1 hour)",
-        }
-    ),
-    "retry": RETRY,
-    "catchup": enum(Catchup),
-    "catchup_window_seconds": {"type": "number", "minimum": 0, "maximum": 2592000},
-    "overlap": enum(Overlap),
-    "paused": BOOL,
-    **POLICY_FIELDS,
-    **JOB_LIMIT_FIELDS,
-    **STREAK_FIELDS,
-    "ping_url": null(
-        {
-            "type": "string",
-            "format": "uri",
-            "maxLength": 2000,
-            "description": "outbound pings (healthchecks.io, Cronitor): GET {ping_url}/start when"
-            " a run starts, {ping_url} on success, {ping_url}/fail when it ends dead; http or"
-            " https without a query, its host in notify_allowed_hosts when that is set;"
-            " write-only (the view shows ping_destination)",
-        }
-    ),
-    "notify": {
-        "type": "array",
-        "maxItems": 20,
-        "description": "channels told about this job's events (each must exist, else 422);"
-        " PATCH replaces the whole list",
-        "items": obj(
-            {"channel": {"type": "string", "pattern": NAME}, "events": {**EVENTS, "minItems": 1}}
-        ),
-    },
-}
+LIST_KINDS = (*jobfields.LISTS, jobfields.RULES)
+
+
+def field_schema(f: JobField) -> J:
+    """A job field in a request, as jobfields.py declares it."""
+    schema: J = dict(KINDS[f.kind])
+    if f.pattern:
+        schema["pattern"] = f"^{f.pattern}$"
+    if f.choices:
+        schema["enum"] = list(f.choices)
+    if f.uri:
+        schema["format"] = "uri"
+    words = {"minimum": f.least, "maximum": f.most}  # a number's bounds
+    if f.kind in LIST_KINDS:
+        words = {"minItems": f.least, "maxItems": f.most}
+    elif f.kind not in jobfields.NUMBERS:
+        words = {"maxLength": f.most}
+    schema.update({k: v for k, v in words.items() if v is not None})
+    schema["description"] = f.help
+    return null(schema) if f.nullable else schema
+
+
+FIELD_SCHEMAS: J = {f.name: field_schema(f) for f in jobfields.FIELDS}
+
+
+def _body() -> J:
+    """The fields of a job's request body: retry's two hold an object of their own."""
+    props: J = {}
+    for f in jobfields.FIELDS:
+        if len(f.path) == 1:
+            props[f.name] = FIELD_SCHEMAS[f.name]
+        else:
+            inner = props.setdefault(f.path[0], obj({}, required=[]))
+            inner["properties"][f.path[1]] = FIELD_SCHEMAS[f.name]
+    return props
+
+
+JOB_FIELDS = _body()
+# What the job view shows of a field as a request gives it (the others: their bare types).
+SHOWN_AS_GIVEN = ("success_exit_codes", "dead_on", "retry_on", "concurrency_group",
+                  "max_concurrent", "pause_after_failures", "job_failing_after",
+                  "expect_success_within_seconds", "late_after_seconds")  # fmt: skip
 INSTANT = obj({"utc": TIME, "local": TIME})
 JOB = obj(
     {
@@ -228,9 +152,7 @@ JOB = obj(
         "overlap": enum(Overlap),
         "paused": BOOL,
         "pause_reason": null({**STR, "description": "why it was paused; cleared on resume"}),
-        **POLICY_FIELDS,
-        **JOB_LIMIT_FIELDS,
-        **STREAK_FIELDS,
+        **{name: FIELD_SCHEMAS[name] for name in SHOWN_AS_GIVEN},
         "ping_destination": null(
             {**STR, "description": "scheme, host and port of the job's ping_url (write-only)"}
         ),
@@ -372,9 +294,9 @@ SCHEMAS: J = {
             required=[],
         ),
         "description": "Only the fields given change. null means no value, so it is accepted"
-        " only where a job can have none: timeout_seconds, and cron or run_at while giving the"
-        " other (which switches the schedule), and pause_reason; any other null is a 422"
-        " naming the field.",
+        f" only where a job can have none ({', '.join(sorted(jobfields.NULLABLE_KEYS))}; cron"
+        " or run_at only while giving the other, which switches the schedule) and for"
+        " pause_reason; any other null is a 422 naming the field.",
     },
     "Job": JOB,
     "JobDetail": JOB_DETAIL,

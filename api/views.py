@@ -1,17 +1,21 @@
-"""JSON representations of jobs, runs, attempts and workers (the OpenAPI schemas mirror
-these): timestamps ISO-8601 in UTC with a Z offset, durations in seconds, enums lowercase.
-A payload is shown only when `payloads` is true (permissions.can_see_payloads): otherwise it is
-null with `payload_withheld: true`."""
+"""JSON representations of jobs (their fields as supervisor/core/jobfields.py declares
+them), runs, attempts and workers (the OpenAPI schemas mirror these): timestamps ISO-8601
+in UTC with a Z offset, durations in seconds, enums lowercase. A payload is shown only when
+`payloads` is true (permissions.can_see_payloads): otherwise it is null with
+`payload_withheld: true`."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from supervisor.core import schedule
-from supervisor.core.domain import Job, JobSchedule, UnloadableSchedule
+from supervisor.core.domain import Job, JobSchedule, JobSpec, UnloadableSchedule
 from supervisor.core.events import destination
+from supervisor.core.jobfields import FIELDS, JobField
 from supervisor.core.jobs import Backfill
 from supervisor.core.model import utc_iso
 from supervisor.core.records import Attempt, Run, Worker
@@ -49,40 +53,40 @@ def next_instants(sched: JobSchedule, after: datetime, count: int = 5) -> list[d
         return []
 
 
+# A write-only field's view: where it points, never itself (such URLs hold a token).
+SHOWN_AS = {"ping_url": "ping_destination"}
+
+
+def field_value(spec: JobSpec, f: JobField) -> Any:
+    """A declared field's value (jobfields.py) in a spec, as the API's JSON shows it."""
+    if f.attr == "exit_policy":  # exit statuses as numbers, named endings as strings
+        return spec.exit_policy.view()[f.name]
+    value = attrgetter(f.attr)(spec)
+    if isinstance(value, datetime):
+        return iso(value)
+    return str(value) if isinstance(value, StrEnum) else value
+
+
 def job(j: Job, payloads: bool) -> dict[str, Any]:
+    """Every viewed field of jobfields.FIELDS, in their order, nested as a body nests them."""
     spec = j.spec
-    return {
-        "id": j.id,
-        "name": spec.name,
-        "type": spec.type,
-        "payload": spec.payload if payloads else None,
-        "payload_withheld": not payloads,
-        "cron": spec.cron,
-        "run_at": iso(spec.run_at),
-        "timezone": spec.timezone,
-        "max_attempts": spec.max_attempts,
-        "timeout_seconds": spec.timeout_seconds,
-        "retry": {
-            "base_seconds": spec.retry_base_seconds,
-            "cap_seconds": spec.retry_cap_seconds,
-        },
-        "catchup": str(spec.catchup),
-        "catchup_window_seconds": spec.catchup_window_seconds,
-        "overlap": str(spec.overlap),
-        "paused": spec.paused,
-        "pause_reason": j.pause_reason,
-        **spec.exit_policy.view(),
-        "concurrency_group": spec.limits.group,
-        "max_concurrent": spec.limits.max_concurrent,
-        "pause_after_failures": spec.pause_after_failures,
-        "job_failing_after": spec.job_failing_after,
-        "expect_success_within_seconds": spec.expect_success_within_seconds,
-        "late_after_seconds": spec.late_after_seconds,
-        # ping_url is write-only (such URLs hold a token): its scheme, host and port show.
-        "ping_destination": None if spec.ping_url is None else destination(spec.ping_url),
-        "created_at": iso(j.created_at),
-        "updated_at": iso(j.updated_at),
-    }
+    out: dict[str, Any] = {"id": j.id}
+    for f in FIELDS:
+        if not f.viewed:  # notify: job_detail's caller reads it apart
+            continue
+        value = field_value(spec, f)
+        if f.write_only:
+            out[SHOWN_AS[f.name]] = None if value is None else destination(value)
+        elif f.name == "payload":
+            out["payload"], out["payload_withheld"] = (value if payloads else None), not payloads
+        elif len(f.path) > 1:
+            out.setdefault(f.path[0], {})[f.path[1]] = value
+        else:
+            out[f.name] = value
+        if f.name == "paused":
+            out["pause_reason"] = j.pause_reason
+    out["created_at"], out["updated_at"] = iso(j.created_at), iso(j.updated_at)
+    return out
 
 
 def job_detail(j: Job, after: datetime, warnings: list[str], payloads: bool) -> dict[str, Any]:
