@@ -14,82 +14,60 @@ from zoneinfo import available_timezones
 
 from aiohttp import web
 
+from api import views
 from api.instants import parse_iso
 from api.ui import forms, preview
 from api.ui.common import UI_CONFIG, UI_LIMITS, job_of, render, store
 from api.ui.guard import PREFIX, redirect
-from supervisor.core import jobs, schedule
+from supervisor.core import jobfields, jobs, schedule
 from supervisor.core.channels import notifications
 from supervisor.core.domain import Job, JobSpec
 from supervisor.core.egress import destinations
 from supervisor.core.errors import Conflict, InvalidSpec
 from supervisor.core.events import destination
+from supervisor.core.jobfields import FIELD, FIELDS, JobField
 from supervisor.core.model import NAME_RULE, Catchup, Overlap
 
 routes = web.RouteTableDef()
 PREVIEW = 10
 MAX_WORKERS = 1000  # read for the type suggestions
-NUMBERS = {  # form field -> (body path, integer)
-    "max_attempts": (("max_attempts",), True),
-    "timeout_seconds": (("timeout_seconds",), False),
-    "retry_base_seconds": (("retry", "base_seconds"), False),
-    "retry_cap_seconds": (("retry", "cap_seconds"), False),
-    "catchup_window_seconds": (("catchup_window_seconds",), False),
-    "max_concurrent": (("max_concurrent",), True),
-    "pause_after_failures": (("pause_after_failures",), True),
-    "job_failing_after": (("job_failing_after",), True),
-    "expect_success_within_seconds": (("expect_success_within_seconds",), False),
-    "late_after_seconds": (("late_after_seconds",), False),
-}
-# Editing: an empty field is none.
-NULL_WHEN_EMPTY = ("timeout_seconds", "max_concurrent", "pause_after_failures",
-                   "expect_success_within_seconds", "late_after_seconds")  # fmt: skip
-# Lists typed as comma-separated items (numbers become numbers), and what empty means.
-LISTS = {"success_exit_codes": [0], "dead_on": [], "retry_on": None}
+# The form's inputs are jobfields.FIELDS, named as their `name`; how each is read and shown
+# follows its kind. Numbers: input -> (body path, integer); empty, when editing, is none
+# for the nullable ones. Lists are typed as comma-separated items (numbers become numbers),
+# empty meaning the field's `blank`.
+NUMBERS = {f.name: (f.path, f.integer) for f in FIELDS if f.kind in jobfields.NUMBERS}
+NULL_WHEN_EMPTY = tuple(name for name in NUMBERS if FIELD[name].nullable)
+LISTS = {f.name: f.blank for f in FIELDS if f.kind in jobfields.LISTS}
+TEXT = tuple(f.name for f in FIELDS if f.name not in NUMBERS and f.kind != jobfields.BOOLEAN)
+KEYS = {f.name: f.key for f in FIELDS}  # an input's field as errors name it: retry.cap_seconds
 ZONES = sorted(available_timezones())
-TEXT = ("name", "type", "cron", "timezone", "run_at", "payload", "catchup", "overlap",
-        "concurrency_group", "notify", "ping_url", *LISTS)  # fmt: skip
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:g}"
-
-
-def _items(values: list[Any] | None) -> str:
-    return "" if values is None else ", ".join(str(v) for v in values)
 
 
 def _values(spec: JobSpec | None, notify: list[dict[str, Any]] | None = None) -> dict[str, str]:
     """The form's fields as text: a job's (with its notify list), or the API's defaults."""
     s = spec or JobSpec(name="", type="", schedule=schedule.parse_cron("0 * * * *"))
-    policy = s.exit_policy.view()
+    shown = [f for f in FIELDS if f.viewed and not f.write_only]
     return {
-        **{name: _items(policy[name]) for name in LISTS},
-        "max_concurrent": _num(s.limits.max_concurrent),
-        "pause_after_failures": _num(s.pause_after_failures),
-        "job_failing_after": _num(s.job_failing_after),
-        "expect_success_within_seconds": _num(s.expect_success_within_seconds),
-        "late_after_seconds": _num(s.late_after_seconds),
-        "ping_url": "",  # write-only: the form shows where it points, never the URL
-        "ping_destination": "" if s.ping_url is None else destination(s.ping_url),
-        "concurrency_group": s.limits.group or "",
-        "notify": json.dumps(notify, indent=2) if notify else "",
-        "name": s.name,
-        "type": s.type,
-        "kind": "cron" if s.cron is not None or spec is None else "once",
-        "cron": s.cron or "",
-        "timezone": s.timezone,
+        **{f.name: _text(f, views.field_value(s, f)) for f in shown},
         "run_at": s.run_at.isoformat() if s.run_at else "",
         "payload": json.dumps(s.payload, indent=2, sort_keys=True) if s.payload else "",
-        "max_attempts": str(s.max_attempts),
-        "timeout_seconds": f"{s.timeout_seconds:g}" if s.timeout_seconds else "",
-        "retry_base_seconds": f"{s.retry_base_seconds:g}",
-        "retry_cap_seconds": f"{s.retry_cap_seconds:g}",
-        "catchup": str(s.catchup),
-        "catchup_window_seconds": f"{s.catchup_window_seconds:g}",
-        "overlap": str(s.overlap),
+        "notify": json.dumps(notify, indent=2) if notify else "",
+        "ping_url": "",  # write-only: the form shows where it points, never the URL
+        "ping_destination": "" if s.ping_url is None else destination(s.ping_url),
+        "kind": "cron" if s.cron is not None or spec is None else "once",
         "paused": "on" if s.paused else "",
     }
+
+
+def _text(f: JobField, value: Any) -> str:
+    """A field's value (as the API's view shows it) as the form's input holds it."""
+    if value is None:
+        return ""
+    if f.kind in jobfields.NUMBERS:
+        return f"{value:g}"
+    if f.kind in jobfields.LISTS:
+        return ", ".join(str(v) for v in value)
+    return str(value)
 
 
 def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
@@ -187,6 +165,7 @@ async def _form(
         "zones": ZONES,
         "types": await _offered_types(request),
         "name_rule": NAME_RULE,
+        "keys": KEYS,
         "catchups": [c.value for c in Catchup],
         "overlaps": [o.value for o in Overlap],
         "instants": instants,
