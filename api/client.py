@@ -11,8 +11,6 @@ conflict, auth, unreachable), 2 usage or invalid input (including the API's 400 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 from api import client_format as fmt
@@ -20,6 +18,7 @@ from api.client_channels import register_channel_commands
 from api.client_common import DEFAULT_URL, _client, _json_arg, _leaf, _local_token, _out, _pages
 from api.client_groups import register_group_commands
 from api.client_http import EXIT_USAGE, ApiClient, ClientError
+from api.client_jobs import job_body, job_flags
 from supervisor.core.model import RunStatus
 
 # Also here: DEFAULT_URL (`punchclock up` prints it) and the loopback token's reader.
@@ -50,44 +49,6 @@ def _job_id(api: ApiClient, ref: str) -> int:
 # ---------------------------------------------------------------- jobs
 
 
-def _job_body(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    if args.file:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        body = _json_arg(text, "--file")
-        if not isinstance(body, dict):
-            raise ClientError("--file: must hold a JSON object", EXIT_USAGE)
-    simple = {
-        "name": args.name,
-        "type": args.type,
-        "cron": args.cron,
-        "run_at": args.run_at,
-        "timezone": args.timezone,
-        "max_attempts": args.max_attempts,
-        "timeout_seconds": args.timeout,
-        "catchup": args.catchup,
-        "catchup_window_seconds": args.catchup_window,
-        "overlap": args.overlap,
-        "paused": args.paused,
-        "max_concurrent": args.max_concurrent,
-        "pause_after_failures": args.pause_after_failures,
-        "job_failing_after": args.job_failing_after,
-        "expect_success_within_seconds": args.expect_success_within,
-        "late_after_seconds": args.late_after,
-        "ping_url": args.ping_url,
-    }
-    body.update({k: v for k, v in simple.items() if v is not None})
-    if args.concurrency_group is not None:  # "": leave the group
-        body["concurrency_group"] = args.concurrency_group or None
-    if args.payload is not None:
-        body["payload"] = _json_arg(args.payload, "--payload")
-    retry = {"base_seconds": args.retry_base, "cap_seconds": args.retry_cap}
-    if any(v is not None for v in retry.values()):
-        given = {k: v for k, v in retry.items() if v is not None}
-        body["retry"] = {**body.get("retry", {}), **given}
-    return body
-
-
 def jobs_list(args: argparse.Namespace) -> int:
     api = _client(args)
     paused = None if args.paused is None else str(args.paused).lower()
@@ -107,13 +68,13 @@ def jobs_show(args: argparse.Namespace) -> int:
 
 
 def jobs_create(args: argparse.Namespace) -> int:
-    data = _client(args).call("POST", "/v1/jobs", body=_job_body(args))
+    data = _client(args).call("POST", "/v1/jobs", body=job_body(args))
     return _out(args, data, fmt.job_card)
 
 
 def jobs_update(args: argparse.Namespace) -> int:
     api = _client(args)
-    body = _job_body(args)
+    body = job_body(args)
     if not body:
         raise ClientError("nothing to change: give at least one field", EXIT_USAGE)
     data = api.call("PATCH", f"/v1/jobs/{_job_id(api, args.job)}", body=body)
@@ -197,49 +158,6 @@ def runs_cancel(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
-def _job_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
-    p.add_argument("--file", help="a JSON job body to start from ('-': stdin)")
-    p.add_argument("--name", required=False, help="unique name (letters, digits, -_.:)")
-    p.add_argument("--type", help="handler type name")
-    p.add_argument("--cron", help="cron expression (5 fields, or 6 with seconds)")
-    p.add_argument("--run-at", help="one-off instant, ISO-8601 with an offset")
-    p.add_argument("--timezone", help="IANA zone of the cron expression (default UTC)")
-    p.add_argument("--payload", help="JSON object given to the handler on stdin")
-    p.add_argument("--max-attempts", type=int, help="1-100 (default 3)")
-    p.add_argument("--timeout", type=float, help="seconds, 1 to 604800 (default 1 h)")
-    p.add_argument("--retry-base", type=float, help="retry backoff base, seconds")
-    p.add_argument("--retry-cap", type=float, help="retry backoff cap, seconds")
-    p.add_argument(
-        "--catchup",
-        choices=["latest", "all", "none"],
-        help="instants missed while no host ran it: run the latest, all, or none (skipped)",
-    )
-    p.add_argument("--catchup-window", type=float, help="seconds")
-    p.add_argument(
-        "--overlap",
-        choices=["allow", "skip", "wait"],
-        help="when the previous run still runs: start anyway, skip this one, or wait",
-    )
-    p.add_argument("--max-concurrent", type=int, help="its runs at once on all hosts, 1-1000")
-    p.add_argument("--concurrency-group", help="the concurrency group it joins ('': none)")
-    p.add_argument(
-        "--pause-after-failures", type=int, help="pause after N (1-1000) dead runs in a row"
-    )
-    p.add_argument("--job-failing-after", type=int, help="job_failing after N dead runs (1)")
-    p.add_argument("--expect-success-within", type=float, help="job_silent after seconds")
-    p.add_argument("--late-after", type=float, help="run_late after seconds (ready_max_lag)")
-    p.add_argument("--ping-url", help="GET URL/start, URL, URL/fail as runs start and end")
-    if create:
-        p.add_argument("--paused", action="store_true", default=None, help="create paused")
-    else:
-        p.add_argument(
-            "--paused",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="pause (--paused) or resume (--no-paused)",
-        )
-
-
 def _run_filter_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", help="job id or name")
     p.add_argument("--status", action="append", choices=STATUSES, help="repeatable")
@@ -264,10 +182,10 @@ def register_client_commands(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="follow every page")
     p = _leaf(jsub, "show", "show a job and its next instants", jobs_show)
     p.add_argument("job", help="job id or name")
-    _job_flags(_leaf(jsub, "create", "create a job", jobs_create), create=True)
+    job_flags(_leaf(jsub, "create", "create a job", jobs_create), create=True)
     p = _leaf(jsub, "update", "change a job's fields", jobs_update)
     p.add_argument("job", help="job id or name")
-    _job_flags(p, create=False)
+    job_flags(p, create=False)
     for action, text in (("pause", "pause"), ("resume", "resume"), ("delete", "delete")):
         p = _leaf(jsub, action, f"{text} a job", jobs_action)
         p.add_argument("job", help="job id or name")

@@ -25,7 +25,7 @@ from supervisor.core.domain import Job, JobSpec
 from supervisor.core.egress import destinations
 from supervisor.core.errors import Conflict, InvalidSpec
 from supervisor.core.events import destination
-from supervisor.core.jobfields import FIELD, FIELDS, JobField
+from supervisor.core.jobfields import FIELD, FIELDS, JobField, typed_items
 from supervisor.core.model import NAME_RULE, Catchup, Overlap
 
 routes = web.RouteTableDef()
@@ -37,7 +37,7 @@ MAX_WORKERS = 1000  # read for the type suggestions
 # empty meaning the field's `blank`.
 NUMBERS = {f.name: (f.path, f.integer) for f in FIELDS if f.kind in jobfields.NUMBERS}
 NULL_WHEN_EMPTY = tuple(name for name in NUMBERS if FIELD[name].nullable)
-LISTS = {f.name: f.blank for f in FIELDS if f.kind in jobfields.LISTS}
+LISTS = {f.name: f.blank for f in FIELDS if f.kind in jobfields.LISTS}  # (jobfields.typed_items)
 TEXT = tuple(f.name for f in FIELDS if f.name not in NUMBERS and f.kind != jobfields.BOOLEAN)
 KEYS = {f.name: f.key for f in FIELDS}  # an input's field as errors name it: retry.cap_seconds
 ZONES = sorted(available_timezones())
@@ -108,9 +108,8 @@ def _body(form: Any, editing: bool) -> tuple[dict[str, Any], dict[str, str], dic
         target[path[-1]] = value
     body["catchup"], body["overlap"] = typed["catchup"], typed["overlap"]
     body["paused"] = bool(typed["paused"])
-    for name, empty in LISTS.items():
-        items = [i for i in typed[name].replace(",", " ").split() if i]
-        body[name] = [int(i) if i.isdigit() else i for i in items] if items else empty
+    for name in LISTS:
+        body[name] = typed_items(FIELD[name], typed[name])
     body["concurrency_group"] = typed["concurrency_group"] or None
     if typed["ping_url"]:  # editing, empty: the stored URL stays (it is never shown)
         body["ping_url"] = typed["ping_url"]

@@ -247,9 +247,18 @@ BODY_KEYS = tuple(dict.fromkeys(f.path[0] for f in FIELDS))  # a JSON body's key
 NULLABLE_KEYS = frozenset(f.path[0] for f in FIELDS if f.nullable)
 
 
+def typed_items(f: JobField, text: str) -> Any:
+    """A list field as a person types it (the form, the CLI): items separated by commas or
+    spaces, exit statuses as numbers; nothing typed is the field's `blank`."""
+    items = [i for i in text.replace(",", " ").split() if i]
+    if not items:
+        return None if f.blank is None else list(f.blank)
+    return [int(i) if i.isdigit() else i for i in items]
+
+
 def bounds(f: JobField) -> str:
-    """A number's bounds as the CLI's help says them: "1-100"."""
-    return "" if f.kind not in NUMBERS else f"{_plain(f.least)}-{_plain(f.most)}"
+    """A number's bounds as help says them: "1-100"."""
+    return f"{_plain(f.least)}-{_plain(f.most)}"
 
 
 def _plain(x: float | None) -> str:
