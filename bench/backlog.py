@@ -24,7 +24,8 @@ from bench.throughput import drain_in
 from supervisor.claimer import CATCHUP_WINDOW
 from supervisor.core.db import create_pool
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 NAME = "backlog"
 PROBE_TYPE = "probe"  # due runs the probes take (and give back)

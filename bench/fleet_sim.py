@@ -50,7 +50,8 @@ from supervisor.core.fleet import DUTIES, fleet
 from supervisor.core.log import setup_logging
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.duties import Duties
 from supervisor.heartbeater import Heartbeater
 from supervisor.loop import Loop

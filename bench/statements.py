@@ -40,8 +40,9 @@ from bench.common import Databases, admin_dsn
 from bench.throughput import insert_due_runs
 from supervisor.core.db import create_pool
 from supervisor.core.model import Outcome, RunStatus
+from supervisor.core.runpath import Completion, completion_columns
 from supervisor.core.sql import QUERIES
-from supervisor.core.store import Completion, Store, completion_columns
+from supervisor.core.store import Store
 
 OWNER = "bench-statements:1"
 TYPE = "bench"

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
 from supervisor.core.model import RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.faces import Rider
 from supervisor.loop import IDLE_EVERY, Loop, Pass
 

@@ -28,7 +28,8 @@ from supervisor.core.db import DB_ERRORS
 from supervisor.core.log import log_event
 from supervisor.core.model import Outcome, RunStatus, utc_iso
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.faces import AttemptEnded, LiveOutput
 from supervisor.inflight import InFlight, Phase
 from supervisor.proc.child import ChildResult, ChildSpec

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from supervisor.core.model import RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion
+from supervisor.core.runpath import Completion
 
 
 class Slots(Protocol):

@@ -10,7 +10,7 @@ import random
 
 from supervisor.core.exitpolicy import DEFAULT_POLICY, OOM_KILLED, SIGNAL, TIMEOUT, ExitPolicy
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion
+from supervisor.core.runpath import Completion
 from supervisor.proc.child import ChildEnd, ChildResult
 
 ERROR_STDERR_CHARS = 2000

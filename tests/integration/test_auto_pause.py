@@ -10,7 +10,8 @@ from typing import Any
 from supervisor.core import channels, jobs
 from supervisor.core.events import ChannelSpec, NotifyRule
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..api_support import api_client
 from ..factory import LIMITS, age_lease, count, due_run, sql_rows, sql_value

@@ -9,7 +9,8 @@ import asyncio
 from supervisor.completer import COALESCE, Completer
 from supervisor.core.db import create_pool
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..factory import all_attempts, due_run, run_ids, statuses
 from .test_lost_replies import TTL

@@ -14,7 +14,8 @@ from supervisor.core.errors import UniqueConflict
 from supervisor.core.groups import groups, store_job_limits
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..factory import count, sql
 from ..helpers import job, wait_for

@@ -15,7 +15,8 @@ from supervisor import outbound
 from supervisor.core import channels
 from supervisor.core.events import ChannelSpec, NotifyRule
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.notifier import WebhookNotifier
 
 from ..api_support import api_client

@@ -8,7 +8,8 @@ without being charged an attempt. (The e2e storm test hits both at random; these
 from __future__ import annotations
 
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..factory import age_lease, due_run, outcome, run_ids, run_row, runs
 

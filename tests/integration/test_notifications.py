@@ -14,7 +14,8 @@ import pytest
 from supervisor.core import channels, webhooks
 from supervisor.core.events import ChannelSpec, NotifyRule
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, PlannedRuns, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import PlannedRuns, Store
 from supervisor.notifier import WebhookNotifier
 from supervisor.reaper import Reaper
 

@@ -10,7 +10,8 @@ from supervisor.core.db import create_pool
 from supervisor.core.errors import UniqueConflict
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..factory import count, run_ids, runs, sql, sql_rows, statuses
 from ..helpers import job

@@ -11,7 +11,8 @@ from typing import Any
 from supervisor.core import channels, jobs
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.notifier import PING_RETRY_WINDOW, WebhookNotifier
 from supervisor.planner import Planner
 

@@ -13,7 +13,8 @@ from supervisor.claimer import Claimer
 from supervisor.completer import Completer
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 
 from ..factory import all_attempts, due_run, sql, statuses
 from .test_services import RecordingSlots

@@ -10,7 +10,8 @@ from typing import Any
 from supervisor.core import channels
 from supervisor.core.events import ChannelSpec, NotifyRule
 from supervisor.core.model import Outcome, RunStatus
-from supervisor.core.store import Completion, Store
+from supervisor.core.runpath import Completion
+from supervisor.core.store import Store
 from supervisor.notifier import WebhookNotifier
 
 from ..factory import due_run, set_job, set_run, sql_rows, sql_value
