@@ -4,7 +4,10 @@
 - the API stands on supervisor.core alone;
 - services never import each other: they meet in app.py;
 - no daemon module uses supervisor/local/ (the PostgreSQL for `up`, tests and bench);
-- no module imports, directly or not, one that imports it.
+- supervisor/proc/ (child processes, not runs) imports only itself and core/log;
+- no module imports, directly or not, one that imports it (api/ included), and no
+  dashboard page imports another;
+- no module of supervisor/ or api/ is over LINE_LIMIT lines.
 Every top-level module of supervisor/ is placed in one layer here: a new one must be too.
 """
 
@@ -126,19 +129,91 @@ def test_no_daemon_module_uses_the_local_server_tooling() -> None:
 
 
 def test_imports_have_no_cycles() -> None:
-    graph = _graph()
+    found = _cycle(_graph())
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+# ---------------------------------------------------------------- the whole tree's shape
+
+LINE_LIMIT = 400  # a file longer than this holds more than one concept: split it
+
+
+def _api_graph() -> dict[str, set[str]]:
+    """api/'s own modules ("api.ui.site") and the api modules each imports."""
+    api = ROOT / "api"
+    names = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in api.rglob("*.py")}
+    names = {n.removesuffix(".__init__") for n in names}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in names:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for path in sorted(api.rglob("*.py")):
+        me = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] == "api":
+                    for alias in node.names:  # from api import problems: a module
+                        deps.add(resolve(f"{node.module}.{alias.name}") or node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {resolve(a.name) or a.name for a in node.names if a.name.startswith("api")}
+        graph[me] = {d for d in deps if d and d != me and d != "api"}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     done: set[str] = set()
 
-    def visit(module: str, path: list[str]) -> None:
+    def visit(module: str, path: list[str]) -> list[str] | None:
         if module in path:
-            raise AssertionError(
-                "import cycle: " + " -> ".join([*path[path.index(module) :], module])
-            )
+            return [*path[path.index(module) :], module]
         if module in done:
-            return
+            return None
         for dep in sorted(graph.get(module, ())):
-            visit(dep, [*path, module])
+            if found := visit(dep, [*path, module]):
+                return found
         done.add(module)
+        return None
 
     for module in graph:
-        visit(module, [])
+        if found := visit(module, []):
+            return found
+    return None
+
+
+def test_no_module_of_the_daemon_or_the_api_is_over_the_line_limit() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted([*PKG.rglob("*.py"), *(ROOT / "api").rglob("*.py")])
+        if (n := len(p.read_text().splitlines())) > LINE_LIMIT
+    }
+    assert not long, f"over {LINE_LIMIT} lines: {long}"
+
+
+def test_the_process_machinery_imports_only_itself_and_the_log() -> None:
+    """supervisor/proc/ speaks of processes, not runs: nothing above it reaches in."""
+    for module, deps in _graph().items():
+        if module.startswith("proc."):
+            outside = {d for d in deps if not d.startswith("proc.") and d != "core.log"}
+            assert not outside, f"{module} imports {outside}"
+
+
+def test_the_api_has_no_import_cycle() -> None:
+    found = _cycle(_api_graph())
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_no_dashboard_page_imports_another() -> None:
+    """Pages share helpers through leaf modules (the request layer), never each other."""
+    for module, deps in _api_graph().items():
+        if module.startswith("api.ui.pages_"):
+            pages = {d for d in deps if d.startswith("api.ui.pages_")}
+            assert not pages, f"{module} imports {pages}"
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
