@@ -24,7 +24,7 @@ SECRET = "whsec_" + base64.b64encode(b"punchclock-test-secret-32-bytes!").decode
 
 
 def verify(secret: str, headers: Any, body: bytes, tolerance: int = 300) -> bool:
-    """README's verification example, verbatim in spirit: what a receiver does."""
+    """docs/notifications.md's verification example, verbatim in spirit: what a receiver does."""
     msg_id, ts = headers["webhook-id"], headers["webhook-timestamp"]
     if abs(time.time() - int(ts)) > tolerance:
         return False  # too old (or from the future): a replay

@@ -1,6 +1,6 @@
 """One frozen Config, read once at start-up: defaults < TOML file < environment < flags.
 
-Each setting is declared once (name, type, default, meaning); README's configuration table
+Each setting is declared once (name, type, default, meaning); docs/configuration.md's table
 is generated from the same list (`punchclock check --settings`). Unknown keys and invalid
 values stop start-up with a message that names them.
 """
@@ -374,7 +374,7 @@ def dsn_problems(
 
 
 def settings_table() -> str:
-    """README's configuration table, generated from the declarations above."""
+    """docs/configuration.md's settings table, generated from the declarations above."""
     lines = ["| setting | environment | default | meaning |", "| --- | --- | --- | --- |"]
     for f in fields(Config):
         default = f.default if f.default not in ("", ()) else "—"

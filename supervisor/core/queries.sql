@@ -322,8 +322,8 @@ LEFT JOIN LATERAL (SELECT run_after, id FROM old ORDER BY run_after DESC, id DES
         -- One job lookup per candidate, in run_after order, stopping at the limit: OFFSET 0
         -- keeps it a nested loop whatever the statistics say. A bulk insert into tables not
         -- analyzed since they were small made the generic plan hash-join every due run with
-        -- every job and sort them: 8.5 ms per claim with 5,000 due, against 0.3 (README,
-        -- Performance: the burst).
+        -- every job and sort them: 8.5 ms per claim with 5,000 due, against 0.3 (docs/
+        -- performance.md: the burst).
         CROSS JOIN LATERAL (SELECT * FROM jobs j WHERE j.id = r.job_id OFFSET 0) j
         WHERE r.status IN ('scheduled', 'failed')
           AND r.run_after <= now() + make_interval(secs => $6::float8)

@@ -33,8 +33,9 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 
 
 def verify(secret: str, headers: dict[str, str], body: bytes, now: float) -> bool:
-    """The receiver's check (README's example does the same): a v1 signature of id.timestamp.body
-    matches, and the timestamp is within TOLERANCE of `now` (replays are refused)."""
+    """The receiver's check (docs/notifications.md's example does the same): a v1 signature
+    of id.timestamp.body matches, and the timestamp is within TOLERANCE of `now` (replays
+    are refused)."""
     try:
         msg_id = headers["webhook-id"]
         timestamp = int(headers["webhook-timestamp"])
