@@ -543,6 +543,13 @@ t AS (
       AND a.outcome = t.outcome::attempt_outcome AND a.error IS NOT DISTINCT FROM t.error
 )
 
+-- fragment: recovered
+-- FROM-list text of both completion statements' job_recovered: the jobs whose dead streak
+-- this batch ends (streak_reset r), each job (jr) and its last run in the batch (o).
+streak_reset r
+JOIN jobs jr ON jr.id = r.job_id
+CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
+
 -- fragment: success_events
 streak_reset AS (
     -- A batch of successes only (Store.complete_runs picks the statement): the one event it
@@ -554,13 +561,11 @@ streak_reset AS (
 ), events AS (
     INSERT INTO outbox (channel_id, url, event, job_id, run_id, data)
     SELECT c.channel_id, NULL, 'job_recovered', r.job_id, o.run_id,
-           jsonb_build_object('job', jsonb_build_object('id', j.id, 'name', j.name),
+           jsonb_build_object('job', jsonb_build_object('id', jr.id, 'name', jr.name),
                               'streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
-    FROM streak_reset r
-    CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
+    FROM {{recovered}}
     CROSS JOIN LATERAL notify_targets(r.job_id, 'job_recovered') c
-    JOIN jobs j ON j.id = r.job_id
-    WHERE r.dead_streak >= j.job_failing_after
+    WHERE r.dead_streak >= jr.job_failing_after
     UNION ALL
     -- The success ping of jobs with a ping_url (the claim's, carried by the completion): in
     -- the same INSERT (no CTE of its own) and without reading jobs (measured: a probe of
@@ -657,9 +662,7 @@ WITH {{completion_head}}, ended AS (
           UNION ALL
           SELECT r.job_id, 'job_recovered', o.run_id,
                  jsonb_build_object('streak', r.dead_streak, 'run', jsonb_build_object('id', o.run_id))
-          FROM streak_reset r
-          JOIN jobs jr ON jr.id = r.job_id
-          CROSS JOIN LATERAL (SELECT max(d.id) AS run_id FROM done d WHERE d.job_id = r.job_id) o
+          FROM {{recovered}}
           WHERE r.dead_streak >= jr.job_failing_after
           UNION ALL
           SELECT a.job_id, 'job_auto_paused', a.p_run,
