@@ -20,8 +20,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import asyncpg
 
@@ -37,7 +36,7 @@ from supervisor.core.metrics import Metrics
 from supervisor.core.migrator import check_schema, migrate, pending_migrations
 from supervisor.core.procsafe import undumpable
 from supervisor.core.store import Store
-from supervisor.executor import Executor
+from supervisor.executor import Executor, ShutdownReport
 from supervisor.proc.keeper import Keeper
 from supervisor.proc.orphans import Orphans
 from supervisor.registry import Registry
@@ -253,17 +252,17 @@ class Supervisor:
                 reloads.cancel()  # a reload half done changed nothing yet, or is applied
                 notifier.stopping()
                 started = time.monotonic()
-                report: dict[str, Any] = {}
                 for phase in SHUTDOWN:
                     log_event(log, "shutdown_phase", phase=phase.__name__.strip("_"))
-                    await phase(self, sv, running, report)
+                    await phase(self, sv, running)
                 watchdog.cancel()
+                report = running.report
                 log_event(
                     log,
                     "supervisor_drained",
-                    clean=report["clean"],
-                    released=report["released"],
-                    released_unstarted=report["ahead_released"],
+                    clean=report.clean,
+                    released=report.released,
+                    released_unstarted=report.released_unstarted,
                     seconds=round(time.monotonic() - started, 3),
                 )
         finally:
@@ -297,37 +296,38 @@ class _Running:
     intake: list[asyncio.Task[None]]
     upkeep: list[asyncio.Task[None]]
     completer: asyncio.Task[None]
+    report: ShutdownReport = field(default_factory=ShutdownReport)  # as the phases go
 
 
 # The shutdown order (ARCHITECTURE.md, River's producer/completer order), one phase each.
-async def _stop_intake(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+async def _stop_intake(sup: Supervisor, sv: Services, run: _Running) -> None:
     """Planner, claimer, reaper, listener, pruner and notifier stop between passes."""
     for s in sv.intake:
         s.stop()
     await asyncio.gather(*run.intake)
 
 
-async def _drain(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+async def _drain(sup: Supervisor, sv: Services, run: _Running) -> None:
     """Children get the drain timeout (a second signal cuts it short); leases are renewed.
     Runs claimed ahead of an instant still to come are given back first, unstarted."""
-    out["ahead_released"] = await sv.executor.release_waiting()
-    out["clean"] = await sv.executor.drain(sup.cfg.drain_timeout, sup.hurry)
+    ahead = await sv.executor.release_waiting()
+    clean = await sv.executor.drain(sup.cfg.drain_timeout, sup.hurry)
+    run.report = replace(run.report, released_unstarted=ahead, clean=clean)
 
 
-async def _release(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+async def _release(sup: Supervisor, sv: Services, run: _Running) -> None:
     """What is still running is killed and given back without consuming an attempt."""
-    out["released"] = 0 if out["clean"] else await sv.executor.interrupt_all()
+    if not run.report.clean:
+        run.report = replace(run.report, released=await sv.executor.interrupt_all())
 
 
-async def _flush_completions(
-    sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]
-) -> None:
+async def _flush_completions(sup: Supervisor, sv: Services, run: _Running) -> None:
     """Queued results are recorded (an unreachable database: given up after one TTL)."""
     sv.executor.completer.stop()
     await run.completer
 
 
-async def _stop_upkeep(sup: Supervisor, sv: Services, run: _Running, out: dict[str, Any]) -> None:
+async def _stop_upkeep(sup: Supervisor, sv: Services, run: _Running) -> None:
     """Only now do heartbeats and the fence watch stop: no lease is left to keep."""
     for s in sv.upkeep:
         s.stop()

@@ -13,6 +13,7 @@ from datetime import timedelta
 from supervisor import lease
 from supervisor.census import Census
 from supervisor.claimer import Claimer
+from supervisor.completer import Completer
 from supervisor.core.channels import notifications
 from supervisor.core.config import Config
 from supervisor.core.metrics import Metrics
@@ -21,8 +22,10 @@ from supervisor.core.records import Reaped
 from supervisor.core.store import Store
 from supervisor.duties import Duties
 from supervisor.executor import Executor
+from supervisor.faces import AttemptEnded
 from supervisor.fence import FenceWatch
 from supervisor.heartbeater import Heartbeater
+from supervisor.inflight import RunTable
 from supervisor.instruments import instrument, record_attempt, record_reaped, record_skipped
 from supervisor.listener import Listener
 from supervisor.livetail import LiveTail
@@ -34,6 +37,7 @@ from supervisor.proc.orphans import Orphans
 from supervisor.pruner import Pruner
 from supervisor.reaper import Reaper
 from supervisor.registry import Registry
+from supervisor.runlife import RunLife
 
 # While a backlog is due, a freed slot waits until every slot is free or this many seconds
 # passed, so one claim refills them all (see claimer.py): short against any schedule's
@@ -67,6 +71,54 @@ def reloaded_config(old: Config, new: Config) -> tuple[Config, list[str], list[s
     )
 
 
+def build_executor(
+    store: Store,
+    registry: Registry,
+    *,
+    owner: str,
+    concurrency: int,
+    lease_ttl: float,
+    kill_grace: float,
+    output_limit: int,
+    keeper: Keeper | None = None,
+    orphans: Orphans | None = None,
+    on_slot_free: Callable[[], None] | None = None,
+    on_started: Callable[[str, float], None] | None = None,
+    on_ended: Callable[[AttemptEnded], None] | None = None,
+    log_runs: bool = False,
+) -> Executor:
+    """The executor and what it stands on: the per-run table, a run's life, the completer
+    (the executor and the run's life meet through the table and Life, not each other)."""
+    table = RunTable(
+        owner=owner,
+        lease_ttl=lease_ttl,
+        kill_grace=kill_grace,
+        keeper=keeper,
+        on_slot_free=on_slot_free,
+        log_runs=log_runs,
+    )
+    completer = Completer(store, owner=owner, lease_ttl=lease_ttl)
+    life = RunLife(
+        table,
+        completer,
+        registry,
+        output_limit=output_limit,
+        keeper=keeper,
+        orphans=orphans,
+        on_started=on_started,
+        on_ended=on_ended,
+    )
+    return Executor(
+        table,
+        life,
+        store,
+        registry,
+        concurrency=concurrency,
+        completer=completer,
+        on_ended=on_ended,
+    )
+
+
 def build_services(
     cfg: Config,
     registry: Registry,
@@ -81,7 +133,7 @@ def build_services(
     duties = Duties(cfg.lease_ttl)
     claimer: Claimer
     listener: Listener | None
-    executor = Executor(
+    executor = build_executor(
         store,
         registry,
         owner=owner,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from supervisor.core.model import RunStatus
@@ -66,14 +67,27 @@ class Running(Protocol):
     def in_flight(self) -> int: ...
 
 
+class AttemptOutcome(StrEnum):
+    """How an attempt this host ran ended, as its metrics count it: the attempt_outcome the
+    database recorded (model.Outcome's values), or REJECTED_LATE (not recorded: the lease was
+    gone)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    OOM_KILLED = "oom_killed"
+    LEASE_LOST = "lease_lost"
+    INTERRUPTED = "interrupted"  # given back at shutdown, not charged
+    REJECTED_LATE = "rejected_late"
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptEnded:
     """One attempt this host ran came to an end, as the database took it."""
 
     job_name: str
     type: str
-    # attempt_outcome as recorded, or "rejected_late" (not recorded: the lease was gone)
-    outcome: str
+    outcome: AttemptOutcome
     duration: float | None
     dead: bool = False  # the run is out of attempts (or failed permanently)
 

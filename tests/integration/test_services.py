@@ -19,6 +19,7 @@ import pytest
 
 from supervisor import claimpace
 from supervisor.claimer import Claimer, ClaimPass
+from supervisor.compose import build_executor
 from supervisor.core.records import CatchUp, Claim
 from supervisor.core.store import Store
 from supervisor.executor import Executor
@@ -236,7 +237,7 @@ async def test_heartbeater_renews_its_leases_and_reports_the_missing(store: Stor
 def _executor(store: Store, argv: tuple[str, ...], ended: list[AttemptEnded]) -> Executor:
     registry = Registry()
     registry.add(Handler("echo", argv, source="test"))
-    return Executor(
+    return build_executor(
         store,
         registry,
         owner="w1",

@@ -36,7 +36,7 @@ SERVICES = {
 DAEMON = {
     "claimpace", "duties", "executor", "faces", "inflight", "lease", "loop",
     "outbound",
-    "registry", "sdnotify", "verdict",
+    "registry", "runlife", "sdnotify", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments",
        "reload"}  # fmt: skip
