@@ -7,8 +7,8 @@ stops everything; if `up` itself is killed, watchdog processes (watchdog.py) sto
 the same way (SIGTERM, SIGKILL if they outlast the drain) and the database.
 
 The terminal keeps the banner, warnings and failed runs: the API's access log goes to a file
-(upapi.py). SIGHUP is passed on to the supervisor (it reloads its handlers), unless the
-terminal `up` started in has hung up: then `up` stops as for Ctrl-C. One `up` at a time holds
+(supervisor/upapi.py). SIGHUP is passed on to the supervisor (it reloads its handlers),
+unless the terminal `up` started in has hung up: then `up` stops as for Ctrl-C. One `up` at a time holds
 an embedded data directory (`<data dir>.up`, with its pid): a second says so at once.
 """
 
@@ -220,7 +220,7 @@ def _run_children(cfg: Config, dsn: str, api: str, banner: _Banner) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
-        access = [sys.executable, "-m", "supervisor.local.upapi", str(banner.access_log)]
+        access = [sys.executable, "-m", "supervisor.upapi", str(banner.access_log)]
         api_proc = start("api", [*access, "api"])
         # The supervisor once the API listens: the demo's health check, due at the next
         # minute, found it not yet listening (exit 75, a failed first attempt in the demo).

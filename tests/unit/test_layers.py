@@ -39,7 +39,7 @@ DAEMON = {
     "registry", "runlife", "sdnotify", "verdict",
 }  # fmt: skip
 TOP = {"__init__", "__main__", "app", "checks", "cli", "cli_format", "compose", "instruments",
-       "reload"}  # fmt: skip
+       "reload", "upapi"}  # fmt: skip
 
 
 def _module(path: Path) -> str:

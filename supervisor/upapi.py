@@ -2,7 +2,8 @@
 goes to a file instead of `up`'s terminal, where the banner, warnings and failed runs stay
 readable. Everything else the API logs still reaches the terminal.
 
-Run as `python -m supervisor.local.upapi ACCESS_LOG api [flags]`.
+Run as `python -m supervisor.upapi ACCESS_LOG api [flags]`: an entry point standing on the
+CLI, so it lives beside it rather than in local/.
 """
 
 from __future__ import annotations
