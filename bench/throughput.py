@@ -89,12 +89,19 @@ def cpu_snapshot(pids: list[int]) -> dict[str, float]:
                     snap["keepers"] += sum(_cpu(child))
             except psutil.Error:
                 continue
-    for proc in psutil.process_iter(["name"]):
-        if proc.info["name"] in ("postgres", "postmaster"):
+    postgres = ("postgres", "postmaster")
+    names = {p.pid: p.info["name"] for p in psutil.process_iter(["name"])}
+    for proc in psutil.process_iter(["name", "ppid"]):
+        if proc.info["name"] in postgres:
             try:
-                snap["postgres"] += _cpu(proc)[0]
+                own, reaped = _cpu(proc)
             except psutil.Error:
                 continue
+            # A postmaster's reaped backends too: a backend that exits between two snapshots
+            # (another session's, on a shared server) moves its CPU there instead of
+            # taking it out of the sum.
+            postmaster = names.get(proc.info["ppid"]) not in postgres
+            snap["postgres"] += own + (reaped if postmaster else 0.0)
     box = psutil.cpu_times()
     snap["box_busy"] = box.user + box.system + box.nice + box.irq + box.softirq
     return snap

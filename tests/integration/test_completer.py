@@ -64,7 +64,7 @@ async def test_a_pass_waits_for_company_then_records_the_batch_in_one_statement(
     told: list[bool | None] = []
     completer.enqueue(first, False, told.append)
     waiting = await completer.run_once()
-    assert waiting.next_in is not None and 0 < waiting.next_in <= COALESCE
+    assert waiting.next_in is not None and 0 < waiting.next_in <= COALESCE + 1e-9
     assert waiting.recorded == 0 and await statuses(store, ids) == {"running": 2}
     completer.enqueue(second, False, told.append)
     completer.stop()  # stopping: no more waiting for company
