@@ -8,8 +8,9 @@ the same way (SIGTERM, SIGKILL if they outlast the drain) and the database.
 
 The terminal keeps the banner, warnings and failed runs: the API's access log goes to a file
 (supervisor/upapi.py). SIGHUP is passed on to the supervisor (it reloads its handlers),
-unless the terminal `up` started in has hung up: then `up` stops as for Ctrl-C. One `up` at a time holds
-an embedded data directory (`<data dir>.up`, with its pid): a second says so at once.
+unless the terminal `up` started in has hung up: then `up` stops as for Ctrl-C. One `up` at
+a time holds an embedded data directory (`<data dir>.up`, with its pid): a second says so
+at once.
 """
 
 from __future__ import annotations
