@@ -1,4 +1,5 @@
-"""What a daemon holding secrets does to itself: stdlib only, so the keeper can use it too."""
+"""What a daemon holding secrets does to itself (the supervisor and the API; the keeper has
+its own copy, as proc/ imports nothing of core/ but the log)."""
 
 from __future__ import annotations
 
