@@ -28,6 +28,7 @@ wait counts from the reply, and started_at is the instant itself.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -92,6 +93,7 @@ class Claimer(Loop):
         self.store = store
         # Finished runs' results that ride on the next claim (claim_and_complete_runs).
         self.riders = riders
+        self._last_sent = -math.inf  # when the last claim was sent (monotonic)
         self.owner = owner
         self.types = types
         self.slots = slots
@@ -203,8 +205,12 @@ class Claimer(Loop):
         # Every run we start is in `held` from start() on, and this loop is the only claimer
         # here, so any other run leased to us comes from a claim whose reply we never saw.
         held = list(self.slots.held()) if self.uncertain else None
-        # Not after an uncertain claim: its recovery gives back what it does not hold.
-        riders = self.riders.take_riders() if self.riders and held is None else []
+        # Riders take the last claim before the completer's batch would leave (the next
+        # claim is expected as long after this one as this one came after the last), and
+        # never an uncertain claim: its recovery gives back what it does not hold.
+        gap = sent_at - self._last_sent
+        self._last_sent = sent_at
+        riders = self.riders.take_riders(gap) if self.riders and held is None else []
         out = _Claimed(self.riders, riders, recovered=held is not None, held=len(held or ()))
         cursors = self.cursors.for_claim(sent_at, fresh=held is not None)
         # One statement per claim pass commits on its own (two round trips, not four);

@@ -67,6 +67,8 @@ class Completer(Loop):
     ) -> None:
         """Queue a result; `told` gets True once it is recorded, False if it was late, None
         if it was given up at shutdown (called from this loop; it must not raise)."""
+        if not self._pending:
+            self._first_at = time.monotonic()  # the batch's wait starts
         self._pending.append(Rider(completion, wakes_others, told))
         if len(self._pending) == 1 or len(self._pending) == BATCH:
             self.wake()  # the first starts the batch's wait, a full one ends it
@@ -82,13 +84,17 @@ class Completer(Loop):
         self.enqueue(completion, wakes_others, told)
         return await fut
 
-    def take_riders(self) -> list[Rider]:
+    def take_riders(self, within: float) -> list[Rider]:
+        if self._first_at is not None and self._first_at + COALESCE - time.monotonic() > within:
+            return []  # the next claim is due before this batch: they may ride on that one
         riders: list[Rider] = []
         kept: list[Rider] = []
         for p in self._pending:
             (riders if p.rides and len(riders) < BATCH else kept).append(p)
         if riders:
             self._pending = kept
+            if not kept:
+                self._first_at = None
         return riders
 
     def rode(self, riders: list[Rider], recorded: set[int]) -> None:

@@ -116,8 +116,10 @@ class Riders(Protocol):
     """What the claimer needs of the completer: results that ride on its next claim (one
     statement claims and records; claim_and_complete_runs), and where they go after it."""
 
-    def take_riders(self) -> list[Rider]:
-        """The waiting results that may ride, out of the completer's queue."""
+    def take_riders(self, within: float) -> list[Rider]:
+        """The waiting results that may ride, out of the completer's queue; none while the
+        completer would wait longer than `within` seconds (the claimer's gap between its
+        claims) to send them: the next claim takes them with more company."""
         ...
 
     def rode(self, riders: list[Rider], recorded: set[int]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from supervisor.claimer import Claimer
-from supervisor.completer import Completer
+from supervisor.completer import COALESCE, Completer
 from supervisor.core.model import Outcome, RunStatus
 from supervisor.core.records import Claim
 from supervisor.core.runpath import Completion
@@ -134,3 +134,17 @@ async def test_the_statement_records_without_a_claim_and_again_when_retried(
     )
     with pytest.raises(ValueError, match="successes only"):
         await store.claim_and_complete_runs([_failure(c)], ["echo"], 4, "w1", TTL)
+
+
+async def test_results_ride_on_the_last_claim_before_their_batch_would_leave(
+    store: Store,
+) -> None:
+    """A host that claims every few ms lets its results gather for the completer's batch
+    and sends them with the claim that comes last before the batch would leave; a host
+    whose claims are further apart than the batch's wait sends them with the next claim."""
+    (c,) = await _running(store, 1)
+    completer = Completer(store, owner="w1", lease_ttl=TTL)
+    completer.enqueue(_success(c), False, Told()(c.id))
+    assert completer.take_riders(within=COALESCE / 10) == []  # a claim comes sooner
+    assert [r.completion.run_id for r in completer.take_riders(within=COALESCE)] == [c.id]
+    assert completer.take_riders(within=1.0) == []  # taken: the queue is empty
