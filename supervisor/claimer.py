@@ -389,5 +389,4 @@ class _Claimed:
         if self.recorded is None:  # no statement was sent (cannot happen: free > 0)
             self._to.unseat(riders)
             return 0
-        self._to.rode(riders, self.recorded)
-        return sum(r.completion.run_id in self.recorded for r in riders)
+        return self._to.rode(riders, self.recorded)

@@ -97,10 +97,14 @@ class Completer(Loop):
                 self._first_at = None
         return riders
 
-    def rode(self, riders: list[Rider], recorded: set[int]) -> None:
-        self.ridden += sum(p.completion.run_id in recorded for p in riders)
+    def rode(self, riders: list[Rider], recorded: set[int]) -> int:
+        n = 0
         for p in riders:
-            _tell(p.told, p.completion.run_id in recorded)
+            ok = p.completion.run_id in recorded
+            n += ok
+            _tell(p.told, ok)
+        self.ridden += n
+        return n
 
     def unseat(self, riders: list[Rider]) -> None:
         for p in riders:

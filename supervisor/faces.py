@@ -122,8 +122,8 @@ class Riders(Protocol):
         claims) to send them: the next claim takes them with more company."""
         ...
 
-    def rode(self, riders: list[Rider], recorded: set[int]) -> None:
-        """The claim committed: tell each rider whether it was recorded."""
+    def rode(self, riders: list[Rider], recorded: set[int]) -> int:
+        """The claim committed: tell each rider whether it was recorded; how many were."""
         ...
 
     def unseat(self, riders: list[Rider]) -> None:
